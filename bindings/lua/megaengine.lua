@@ -1,0 +1,354 @@
+-- The Lua side of `require "megaengine"`: recipes are plain tables built by small
+-- constructors that fill defaults and reject unknown fields; `core` is the C++ part
+-- (tensors, models, the trainer). Embedded into the binary at build time.
+local core = ...
+local me = { version = core.version, torch_version = core.torch_version }
+
+---------------------------------------------------------------------------------------
+-- helpers
+---------------------------------------------------------------------------------------
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  return keys
+end
+
+-- Raises `msg` at the recipe line that called the public constructor (`level` counts
+-- from the function calling `check_fields`).
+local function check_fields(t, defaults, where, level)
+  if type(t) ~= "table" then
+    error(("%s: expected a table, got %s"):format(where, type(t)), level + 1)
+  end
+  for k in pairs(t) do
+    if defaults[k] == nil then
+      error(("%s has no field '%s'; valid fields: %s"):format(where, tostring(k),
+        table.concat(sorted_keys(defaults), ", ")), level + 1)
+    end
+  end
+end
+
+-- A copy of `defaults` with `t`'s values on top (nested tables merged one level down).
+local function with_defaults(t, defaults)
+  local out = {}
+  for k, v in pairs(defaults) do
+    if type(v) == "table" and getmetatable(v) == nil then
+      local copy = {}
+      for k2, v2 in pairs(v) do copy[k2] = v2 end
+      out[k] = copy
+    else
+      out[k] = v
+    end
+  end
+  for k, v in pairs(t or {}) do out[k] = v end
+  return out
+end
+
+-- A constructor: `me.x.name { fields }` -> a table of kind `kind` with its defaults.
+local function constructor(kind, defaults, meta, check)
+  return function(t)
+    t = t or {}
+    check_fields(t, defaults, kind, 2)
+    local spec = with_defaults(t, defaults)
+    if check then
+      local ok, err = pcall(check, spec)
+      if not ok then error(err, 2) end
+    end
+    return setmetatable(spec, meta)
+  end
+end
+
+---------------------------------------------------------------------------------------
+-- pretty printing (the REPL prints every value through this)
+---------------------------------------------------------------------------------------
+
+local function is_identifier(s)
+  return type(s) == "string" and s:match("^[%a_][%w_]*$") ~= nil
+end
+
+local function pretty(v, indent, seen)
+  indent = indent or ""
+  seen = seen or {}
+  local tv = type(v)
+  if tv == "string" then return ("%q"):format(v) end
+  if tv ~= "table" then return tostring(v) end
+  local mt = getmetatable(v)
+  if mt and mt.__tostring and not mt.__pretty_fields then return tostring(v) end
+  if seen[v] then return "<cycle>" end
+  seen[v] = true
+  local n = #v
+  local keys = {}
+  for k in pairs(v) do
+    if not (math.type(k) == "integer" and k >= 1 and k <= n) then keys[#keys + 1] = k end
+  end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  local simple = #keys == 0
+  for i = 1, n do simple = simple and type(v[i]) ~= "table" end
+  if simple then  -- a short array prints on one line
+    local parts = {}
+    for i = 1, n do parts[i] = pretty(v[i], indent, seen) end
+    seen[v] = nil
+    return "{ " .. table.concat(parts, ", ") .. (n > 0 and " }" or "}")
+  end
+  local inner = indent .. "  "
+  local lines = {}
+  for i = 1, n do lines[#lines + 1] = inner .. pretty(v[i], inner, seen) .. "," end
+  for _, k in ipairs(keys) do
+    local key = is_identifier(k) and k or ("[" .. pretty(k, inner, seen) .. "]")
+    lines[#lines + 1] = inner .. key .. " = " .. pretty(v[k], inner, seen) .. ","
+  end
+  seen[v] = nil
+  local head = (mt and mt.__name) and (mt.__name .. " ") or ""
+  return head .. "{\n" .. table.concat(lines, "\n") .. "\n" .. indent .. "}"
+end
+me.pretty = pretty
+
+local function spec_meta(name)
+  return { __name = name, __pretty_fields = true, __tostring = function(s) return pretty(s) end }
+end
+
+---------------------------------------------------------------------------------------
+-- tensors, seeds, devices
+---------------------------------------------------------------------------------------
+
+me.tensor = setmetatable({}, {
+  __index = core.tensor,
+  __call = function(_, values, options) return core.tensor.from(values, options) end,
+})
+me.manual_seed = core.manual_seed
+me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_count }
+
+function me.device(name)
+  if name == "cpu" then return name end
+  if type(name) == "string" and (name == "cuda" or name:match("^cuda:%d+$")) then
+    if not core.cuda_available() then
+      error(("device '%s': this build sees no CUDA GPU; use 'cpu'"):format(name), 2)
+    end
+    return name
+  end
+  error(("unknown device '%s': expected 'cpu', 'cuda' or 'cuda:N'"):format(tostring(name)), 2)
+end
+
+---------------------------------------------------------------------------------------
+-- models
+---------------------------------------------------------------------------------------
+
+me.model = {}
+local GPTSpec = spec_meta("gpt")
+GPTSpec.__index = {
+  build = function(self, seed) return core.build_model(self, seed) end,
+  parameter_count = function(self) return core.gpt_parameters(self) end,
+}
+local gpt_defaults = {
+  kind = "gpt", vocab = 256, seq = 128, layers = 4, hidden = 128, heads = 4,
+  ffn_hidden = 0, init_std = 0.02, tie_embeddings = true,
+}
+me.model.gpt = constructor("me.model.gpt", gpt_defaults, GPTSpec, core.gpt_check)
+
+-- Presets: the GPT size table of the user's Megatron recipes. Each is callable with
+-- overrides: me.presets.gpt["39b"]{ seq = 2048 }.
+local function preset(ctor, fields)
+  return setmetatable({}, {
+    __call = function(_, extra)
+      local t = {}
+      for k, v in pairs(fields) do t[k] = v end
+      for k, v in pairs(extra or {}) do t[k] = v end
+      return ctor(t)
+    end,
+    __index = fields,
+    __tostring = function() return pretty(fields) end,
+  })
+end
+
+local function gpt_size(heads, hidden, layers)
+  -- Megatron's GPT-2 vocabulary (50257) padded to a multiple of 128.
+  return preset(me.model.gpt, { heads = heads, hidden = hidden, layers = layers, seq = 2048, vocab = 50304 })
+end
+me.presets = {
+  gpt = {
+    ["1.7b"] = gpt_size(24, 2304, 24), ["3.6b"] = gpt_size(32, 3072, 30),
+    ["7.5b"] = gpt_size(32, 4096, 36), ["18.4b"] = gpt_size(48, 6144, 40),
+    ["39.1b"] = gpt_size(64, 8192, 48), ["39b"] = gpt_size(64, 8192, 48),
+    ["76.1b"] = gpt_size(80, 10240, 60), ["145.6b"] = gpt_size(96, 12288, 80),
+    ["310.1b"] = gpt_size(128, 16384, 96),
+    tiny = preset(me.model.gpt, { heads = 4, hidden = 128, layers = 4, seq = 128, vocab = 256 }),
+  },
+}
+
+---------------------------------------------------------------------------------------
+-- data, optimizers, schedules
+---------------------------------------------------------------------------------------
+
+me.data = {}
+me.data.text = constructor("me.data.text", { kind = "text", path = "", holdout = 0.05 }, spec_meta("data.text"),
+  function(s)
+    if type(s.path) ~= "string" or s.path == "" then error("me.data.text: 'path' (a text file) is required", 0) end
+  end)
+
+-- Finds a file fetched by scripts/fetch_assets.sh.
+function me.asset(name)
+  local dirs = {}
+  if os.getenv("ME_ASSET_DIR") then dirs[#dirs + 1] = os.getenv("ME_ASSET_DIR") end
+  dirs[#dirs + 1] = core.source_dir .. "/assets"
+  dirs[#dirs + 1] = "assets"
+  for _, d in ipairs(dirs) do
+    local path = d .. "/" .. name
+    local f = io.open(path, "rb")
+    if f then f:close(); return path end
+  end
+  error(("asset '%s' not found (looked in %s): run scripts/fetch_assets.sh, or set ME_ASSET_DIR")
+    :format(name, table.concat(dirs, ", ")), 2)
+end
+
+me.optim = {}
+me.optim.adamw = constructor("me.optim.adamw",
+  { kind = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1, clip = 1.0 },
+  spec_meta("optim.adamw"))
+
+me.schedule = {}
+local schedule_defaults = { warmup_iters = 0, decay_iters = 0, min_lr = 0.0, wsd_decay_iters = 0 }
+for _, kind in ipairs({ "constant", "linear", "cosine", "inverse_sqrt", "wsd" }) do
+  local defaults = with_defaults({ kind = kind == "inverse_sqrt" and "inverse-square-root" or kind }, schedule_defaults)
+  me.schedule[kind] = constructor("me.schedule." .. kind, defaults, spec_meta("schedule." .. kind))
+end
+
+---------------------------------------------------------------------------------------
+-- recipes
+---------------------------------------------------------------------------------------
+
+local Recipe = spec_meta("recipe")
+local recipe_defaults = {
+  name = "run", device = "cpu", seed = 1234,
+  model = false, data = false, optimizer = false, schedule = false,  -- filled below
+  batch = { micro = 8 },
+  train = { iters = 100, log_interval = 10, eval_interval = 0, eval_iters = 10 },
+  sample = { prompt = "\n", tokens = 0, top_k = 1, temperature = 1.0 },
+  log = { level = "info" },
+  on_log = false,  -- function(record) called at every log interval
+}
+local section_names = { "batch", "train", "sample", "log" }
+
+function me.recipe(t)
+  check_fields(t, recipe_defaults, "recipe", 2)
+  for _, name in ipairs(section_names) do
+    if t[name] ~= nil then check_fields(t[name], recipe_defaults[name], "recipe." .. name, 2) end
+  end
+  if t.model == nil then error("recipe.model is required: e.g. model = me.model.gpt{ layers = 4, hidden = 128 }", 2) end
+  if t.data == nil then error("recipe.data is required: e.g. data = me.data.text{ path = me.asset 'moby-dick.txt' }", 2) end
+  local r = with_defaults(t, recipe_defaults)
+  for _, name in ipairs(section_names) do r[name] = with_defaults(t[name], recipe_defaults[name]) end
+  r.optimizer = t.optimizer or me.optim.adamw {}
+  r.schedule = t.schedule or me.schedule.cosine {}
+  if r.on_log and type(r.on_log) ~= "function" then error("recipe.on_log must be a function", 2) end
+  return setmetatable(r, Recipe)
+end
+
+function me.is_recipe(t) return getmetatable(t) == Recipe end
+
+-- Applies "a.b.c=value" strings to a recipe. The type of the value comes from the field
+-- it replaces; an unknown path lists the valid keys at the level where it went wrong.
+function me.apply_overrides(recipe, list)
+  for _, item in ipairs(list) do
+    local path, text = item:match("^([%w_%.]+)=(.*)$")
+    if not path then
+      error(("override '%s' is not of the form key=value (e.g. train.iters=50)"):format(item), 0)
+    end
+    local t, prefix = recipe, "recipe"
+    local parts = {}
+    for part in path:gmatch("[^%.]+") do parts[#parts + 1] = part end
+    for i, part in ipairs(parts) do
+      local key = part
+      if type(t) == "table" and t[key] == nil and tonumber(part) then key = math.tointeger(tonumber(part)) or key end
+      local old = type(t) == "table" and t[key] or nil
+      if old == nil then
+        local valid = {}
+        for _, k in ipairs(sorted_keys(t)) do
+          if type(t[k]) ~= "function" then valid[#valid + 1] = k end
+        end
+        error(("unknown override key '%s': %s has no field '%s'; valid keys there: %s")
+          :format(path, prefix, part, table.concat(valid, ", ")), 0)
+      end
+      if i < #parts then
+        if type(old) ~= "table" then
+          error(("override '%s': %s.%s is a %s, not a table"):format(item, prefix, part, type(old)), 0)
+        end
+        t, prefix = old, prefix .. "." .. part
+      else
+        local value
+        if math.type(old) == "integer" then
+          value = math.tointeger(tonumber(text))
+          if value == nil then
+            error(("override '%s': %s.%s expects an integer, got '%s'"):format(item, prefix, part, text), 0)
+          end
+        elseif type(old) == "number" then
+          value = tonumber(text)
+          if value == nil then
+            error(("override '%s': %s.%s expects a number, got '%s'"):format(item, prefix, part, text), 0)
+          end
+        elseif type(old) == "boolean" then
+          if text == "true" then value = true elseif text == "false" then value = false
+          else error(("override '%s': %s.%s expects true or false, got '%s'"):format(item, prefix, part, text), 0) end
+        elseif type(old) == "string" then
+          value = text
+        elseif type(old) == "table" then
+          error(("override '%s': %s.%s is a table; set one of its fields: %s"):format(item, prefix, part,
+            table.concat(sorted_keys(old), ", ")), 0)
+        else
+          error(("override '%s': %s.%s is a %s and cannot be set from the command line"):format(item, prefix,
+            part, type(old)), 0)
+        end
+        t[key] = value
+      end
+    end
+  end
+  return recipe
+end
+
+function me.trainer(recipe)
+  if not me.is_recipe(recipe) then recipe = me.recipe(recipe) end
+  return core.trainer(recipe)
+end
+
+function me.train(recipe) return me.trainer(recipe):run() end
+
+-- `megaengine FILE [args]`: runs FILE; if it returns a recipe, applies the key=value
+-- arguments to it and trains (or, with dry_run, prints it). Returns recipe, trainer, summary.
+function me._run_file(path, args, opts)
+  local f = io.open(path, "r")
+  if not f then
+    error(("cannot open recipe '%s': no such file or not readable (recipes live in recipes/, e.g. recipes/gpt_tiny.lua)")
+      :format(path), 0)
+  end
+  f:close()
+  local chunk, err = loadfile(path)
+  if not chunk then error(err, 0) end
+  local result = chunk(table.unpack(args))
+  local overrides = {}
+  for _, a in ipairs(args) do
+    if a:find("=", 1, true) then overrides[#overrides + 1] = a end
+  end
+  if result == nil then
+    if #overrides > 0 then error(("%s returned no recipe, so the overrides cannot apply"):format(path), 0) end
+    return nil
+  end
+  if type(result) ~= "table" then
+    error(("%s returned a %s; a recipe file ends with `return me.recipe { ... }`"):format(path, type(result)), 0)
+  end
+  for _, a in ipairs(args) do
+    if not a:find("=", 1, true) then
+      error(("argument '%s' is not an override of the form key=value (e.g. train.iters=50)"):format(a), 0)
+    end
+  end
+  local recipe = me.is_recipe(result) and result or me.recipe(result)
+  me.apply_overrides(recipe, overrides)
+  if opts.dry_run then
+    print(pretty(recipe))
+    print(("model parameters: %d"):format(recipe.model:parameter_count()))
+    return recipe
+  end
+  local trainer = me.trainer(recipe)
+  return recipe, trainer, trainer:run()
+end
+
+return me

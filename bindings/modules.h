@@ -1,0 +1,14 @@
+// Each binding file adds its area's functions to the `core` table that the embedded Lua
+// module (bindings/lua/megaengine.lua) wraps into `require "megaengine"`.
+#pragma once
+struct lua_State;
+
+namespace me::lua {
+
+void open_tensor(lua_State* L, int core);  // core.tensor.*, core.manual_seed, core.cuda_available
+void open_model(lua_State* L, int core);   // core.gpt_check, core.gpt_parameters, core.build_model
+void open_train(lua_State* L, int core);   // core.trainer, core.train_defaults
+
+extern const char* const kTensorMeta;
+
+}  // namespace me::lua

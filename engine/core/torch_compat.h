@@ -1,0 +1,34 @@
+// Every difference between the two LibTorch builds lives here: Debian's libtorch 1.13
+// (CPU machines, CI) and torch 2.11+cu130 (the GPU machine, the container).
+#pragma once
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#define ME_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// at::scaled_dot_product_attention (flash / memory-efficient kernels) arrived in 2.0.
+#define ME_HAS_SDPA ME_TORCH_AT_LEAST(2, 0)
+
+namespace me::compat {
+
+// Causal self-attention over [batch, heads, seq, head_dim]. On 2.x this dispatches to the
+// fused flash/efficient kernels; on 1.13 it is the textbook composition (same maths).
+inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+#if ME_HAS_SDPA
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  const auto seq = q.size(-2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  auto mask = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);
+#endif
+}
+
+inline std::string torch_version() { return TORCH_VERSION; }
+
+inline bool cuda_available() { return torch::cuda::is_available(); }
+
+}  // namespace me::compat

@@ -1,0 +1,48 @@
+// AdamW with decoupled weight decay (Loshchilov & Hutter; PyTorch's and Megatron's update),
+// over parameter groups so biases and norm weights can go undecayed.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace me::optim {
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  void validate() const;  // throws me::Error naming the optimizer field
+};
+
+struct ParamGroup {
+  std::vector<torch::Tensor> params;
+  double weight_decay = 0.0;
+};
+
+// Megatron's rule: matrices and embeddings decay; biases and norm weights (1-D) do not.
+std::vector<ParamGroup> decay_groups(const std::vector<torch::Tensor>& params, double weight_decay);
+
+class AdamW {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamWConfig cfg);
+
+  // One update at learning rate `lr`; parameters without a gradient are left alone.
+  void step(double lr);
+  void zero_grad();
+  int64_t steps() const { return step_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ private:
+  std::vector<ParamGroup> groups_;
+  AdamWConfig cfg_;
+  std::vector<std::vector<torch::Tensor>> exp_avg_, exp_avg_sq_;  // per group, per param
+  int64_t step_ = 0;
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm (no-op when max_norm <= 0)
+// and returns the norm before clipping, as Megatron reports it. Non-finite norms are returned
+// as they are and nothing is scaled: the caller decides to skip the step.
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace me::optim

@@ -1,0 +1,16 @@
+-- The embedded default: a small GPT trained on Moby Dick, byte by byte, on the CPU in
+-- about two minutes. Fetch the text first: scripts/fetch_assets.sh
+local me = require "megaengine"
+
+return me.recipe {
+  name = "gpt_tiny",
+  device = "cpu",          -- device=cuda on a GPU machine
+  seed = 1234,
+  model = me.model.gpt { vocab = 256, seq = 128, layers = 4, hidden = 128, heads = 4 },
+  data = me.data.text { path = me.asset "moby-dick.txt", holdout = 0.05 },
+  batch = { micro = 16 },
+  optimizer = me.optim.adamw { lr = 3e-3, betas = { 0.9, 0.95 }, weight_decay = 0.1, clip = 1.0 },
+  schedule = me.schedule.cosine { warmup_iters = 50, min_lr = 3e-4 },
+  train = { iters = 1000, log_interval = 50, eval_interval = 250, eval_iters = 20 },
+  sample = { prompt = "Call me Ishmael. ", tokens = 300, top_k = 5, temperature = 0.8 },
+}
