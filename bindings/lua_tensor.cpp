@@ -413,7 +413,7 @@ void open_tensor(lua_State* L, int core) {
   lua_newtable(L);
   luaL_setfuncs(L, ctors, 0);
   lua_setfield(L, core, "tensor");
-  static const luaL_Reg misc[] = {{"manual_seed", wrapped<manual_seed>}, {"cuda_available", wrapped<cuda_available>},
+  static const luaL_Reg misc[] = {{"traceback", traceback_handler}, {"manual_seed", wrapped<manual_seed>}, {"cuda_available", wrapped<cuda_available>},
                                   {"cuda_device_count", wrapped<device_count>}, {nullptr, nullptr}};
   lua_pushvalue(L, core);
   luaL_setfuncs(L, misc, 0);

@@ -44,8 +44,12 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a == "-v" || a == "--version") {
-      std::printf("megaengine %s (Lua 5.4, LibTorch %s)\n", ME_VERSION, "see `me.torch_version`");
-      return 0;
+      me::lua::LuaHost host;
+      std::string error;
+      const bool ok = host.run_chunk(
+          "local me = require 'megaengine'; print(('megaengine %s (Lua 5.4, LibTorch %s)'):format(me.version, me.torch_version))",
+          "=version", &error);
+      return ok ? 0 : die(error);
     } else if (a == "-e") {
       if (i + 1 >= argc) return die("-e needs a chunk of Lua code: megaengine -e 'print(1)'");
       chunks.push_back(argv[++i]);

@@ -260,7 +260,8 @@ function me.apply_overrides(recipe, list)
     for i, part in ipairs(parts) do
       local key = part
       if type(t) == "table" and t[key] == nil and tonumber(part) then key = math.tointeger(tonumber(part)) or key end
-      local old = type(t) == "table" and t[key] or nil
+      local old = nil
+      if type(t) == "table" then old = t[key] end
       if old == nil then
         local valid = {}
         for _, k in ipairs(sorted_keys(t)) do
@@ -312,6 +313,29 @@ end
 
 function me.train(recipe) return me.trainer(recipe):run() end
 
+-- `return me.recipe { ... }` is a tail call: Lua keeps no line of the recipe for errors the
+-- constructors raise, so they point into this module. Put the recipe's file and the line
+-- of the offending field in front instead.
+local function locate_in_recipe(msg, path)
+  local rest = msg:match("^%[megaengine%]:%d+: (.*)$")
+  if not rest then
+    if msg:match("^[^\n]-:%d+: ") then return msg end  -- already names a file and line
+    rest = msg
+  end
+  rest = rest:gsub("\nstack traceback:\n%s*%(%.%.%.tail calls%.%.%.%)", "")
+  local field = rest:match("has no field '([%w_]+)'")
+  local f = field and io.open(path, "r")
+  if f then
+    local n = 0
+    for line in f:lines() do
+      n = n + 1
+      if line:find("%f[%w_]" .. field .. "%s*=") then f:close(); return ("%s:%d: %s"):format(path, n, rest) end
+    end
+    f:close()
+  end
+  return ("%s: %s"):format(path, rest)
+end
+
 -- `megaengine FILE [args]`: runs FILE; if it returns a recipe, applies the key=value
 -- arguments to it and trains (or, with dry_run, prints it). Returns recipe, trainer, summary.
 function me._run_file(path, args, opts)
@@ -323,7 +347,8 @@ function me._run_file(path, args, opts)
   f:close()
   local chunk, err = loadfile(path)
   if not chunk then error(err, 0) end
-  local result = chunk(table.unpack(args))
+  local ok, result = xpcall(chunk, core.traceback, table.unpack(args))
+  if not ok then error(locate_in_recipe(tostring(result), path), 0) end
   local overrides = {}
   for _, a in ipairs(args) do
     if a:find("=", 1, true) then overrides[#overrides + 1] = a end

@@ -1,0 +1,109 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "engine/optim/adamw.h"
+#include "engine/optim/lr_schedule.h"
+
+using me::optim::LRSchedule;
+
+TEST_CASE("AdamW: two steps against hand-computed values", "[optim]") {
+  // w is a matrix (decayed), b a bias (not decayed). With a constant gradient, bias-corrected
+  // Adam moves each weight by lr * sign(g) per step (up to eps); decay shrinks w first:
+  //   step 1: w = [1, -2] * (1 - 0.1*0.1) = [0.99, -1.98], then -= 0.1*sign(g) -> [0.89, -1.88]
+  //   step 2: w = [0.89, -1.88] * 0.99 = [0.8811, -1.8612], then -> [0.7811, -1.7612]
+  //   bias:   1 -> 0.9 -> 0.8 (no decay)
+  auto w = torch::tensor({1.0f, -2.0f}).reshape({2, 1}).requires_grad_(true);
+  auto b = torch::tensor({1.0f}).requires_grad_(true);
+  me::optim::AdamWConfig cfg{0.9, 0.999, 1e-8, 0.1};
+  auto groups = me::optim::decay_groups({w, b}, cfg.weight_decay);
+  REQUIRE(groups[0].params.size() == 1);  // w decays
+  REQUIRE(groups[1].params.size() == 1);  // b does not
+  me::optim::AdamW opt(groups, cfg);
+  w.mutable_grad() = torch::tensor({0.5f, -0.1f}).reshape({2, 1});
+  b.mutable_grad() = torch::tensor({0.5f});
+  opt.step(0.1);
+  CHECK(w[0][0].item<double>() == Approx(0.89).margin(1e-6));
+  CHECK(w[1][0].item<double>() == Approx(-1.88).margin(1e-6));
+  CHECK(b[0].item<double>() == Approx(0.9).margin(1e-6));
+  opt.step(0.1);
+  CHECK(w[0][0].item<double>() == Approx(0.7811).margin(1e-6));
+  CHECK(w[1][0].item<double>() == Approx(-1.7612).margin(1e-6));
+  CHECK(b[0].item<double>() == Approx(0.8).margin(1e-6));
+  CHECK(opt.steps() == 2);
+}
+
+TEST_CASE("AdamW: a varying gradient, checked against the update formula", "[optim]") {
+  // g1 = 1, g2 = -3 on a scalar weight of 2 (no decay): m2 = 0.9*0.1 + 0.1*(-3) = -0.21,
+  // v2 = 0.999*0.001 + 0.001*9 = 0.009999, m^ = -0.21/0.19, v^ = 0.009999/0.001999,
+  // w2 = w1 - lr * m^ / (sqrt(v^) + eps), w1 = 2 - lr.
+  auto w = torch::tensor({2.0}, torch::kDouble).requires_grad_(true);
+  me::optim::AdamW opt({{{w}, 0.0}}, {0.9, 0.999, 1e-8, 0.0});
+  w.mutable_grad() = torch::tensor({1.0}, torch::kDouble);
+  opt.step(0.01);
+  w.mutable_grad() = torch::tensor({-3.0}, torch::kDouble);
+  opt.step(0.01);
+  const double mhat = -0.21 / 0.19, vhat = 0.009999 / (1 - 0.999 * 0.999);
+  const double expected = (2.0 - 0.01) - 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+  CHECK(w.item<double>() == Approx(expected).epsilon(1e-9));
+}
+
+TEST_CASE("clip_grad_norm returns the global norm and scales to max_norm", "[optim]") {
+  auto a = torch::zeros({2}).requires_grad_(true);
+  auto b = torch::zeros({1}).requires_grad_(true);
+  a.mutable_grad() = torch::tensor({3.0f, 0.0f});
+  b.mutable_grad() = torch::tensor({4.0f});
+  CHECK(me::optim::clip_grad_norm({a, b}, 1.0) == Approx(5.0));
+  CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));
+  CHECK(b.grad()[0].item<double>() == Approx(0.8).epsilon(1e-5));
+  // Below the threshold nothing changes; max_norm 0 turns clipping off.
+  CHECK(me::optim::clip_grad_norm({a, b}, 10.0) == Approx(1.0).epsilon(1e-5));
+  CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));
+  b.mutable_grad() = torch::tensor({std::nanf("")});
+  CHECK(std::isnan(me::optim::clip_grad_norm({a, b}, 1.0)));
+  CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));  // untouched on NaN
+}
+
+TEST_CASE("LR schedules at named points", "[optim]") {
+  struct Row {
+    LRSchedule::Kind kind;
+    int64_t step;
+    double expected;
+  };
+  // max 1.0, min 0.1, warmup 10, decay ends at 110 (wsd: final anneal of 20 from 90).
+  const double cos35 = 0.1 + 0.9 * 0.5 * (std::cos(M_PI * 0.25) + 1.0);
+  const Row rows[] = {
+      {LRSchedule::Kind::cosine, 0, 0.0},     {LRSchedule::Kind::cosine, 5, 0.5},
+      {LRSchedule::Kind::cosine, 10, 1.0},    {LRSchedule::Kind::cosine, 35, cos35},
+      {LRSchedule::Kind::cosine, 60, 0.55},   {LRSchedule::Kind::cosine, 110, 0.1},
+      {LRSchedule::Kind::cosine, 500, 0.1},   {LRSchedule::Kind::linear, 5, 0.5},
+      {LRSchedule::Kind::linear, 35, 0.775},  {LRSchedule::Kind::linear, 60, 0.55},
+      {LRSchedule::Kind::linear, 110, 0.1},   {LRSchedule::Kind::constant, 5, 0.5},
+      {LRSchedule::Kind::constant, 500, 1.0}, {LRSchedule::Kind::inverse_sqrt, 5, 0.5},
+      {LRSchedule::Kind::inverse_sqrt, 40, 0.5}, {LRSchedule::Kind::inverse_sqrt, 4000, 0.1},
+      {LRSchedule::Kind::wsd, 50, 1.0},       {LRSchedule::Kind::wsd, 90, 1.0},
+      {LRSchedule::Kind::wsd, 100, 0.55},     {LRSchedule::Kind::wsd, 110, 0.1},
+  };
+  for (const auto& r : rows) {
+    LRSchedule s;
+    s.kind = r.kind;
+    s.max_lr = 1.0;
+    s.min_lr = 0.1;
+    s.warmup = 10;
+    s.decay = 110;
+    s.wsd_decay = 20;
+    s.validate();
+    INFO(LRSchedule::kind_name(r.kind) << " at step " << r.step);
+    CHECK(s.lr(r.step) == Approx(r.expected).margin(1e-12));
+  }
+}
+
+TEST_CASE("LR schedule validation", "[optim]") {
+  LRSchedule s;
+  s.max_lr = 1e-3;
+  s.warmup = 50;
+  s.decay = 40;
+  CHECK_THROWS_WITH(s.validate(), Catch::Contains("decay length (40) must exceed the warmup (50)"));
+  CHECK_THROWS_WITH(LRSchedule::parse_kind("cosin"), Catch::Contains("unknown schedule 'cosin'"));
+  CHECK(LRSchedule::parse_kind("inverse-square-root") == LRSchedule::Kind::inverse_sqrt);
+}
