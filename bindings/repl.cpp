@@ -4,7 +4,9 @@ extern "C" {
 #include <lauxlib.h>
 #include <lua.h>
 }
+#if ME_HAVE_EDITLINE
 #include <editline/readline.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,23 @@ extern "C" {
 
 namespace me::lua {
 namespace {
+
+#if !ME_HAVE_EDITLINE
+// Without libedit: plain lines from stdin, no editing, no history.
+char* readline(const char* prompt) {
+  std::fputs(prompt, stdout);
+  std::fflush(stdout);
+  std::string line;
+  int c;
+  while ((c = std::fgetc(stdin)) != EOF && c != '\n') line.push_back(static_cast<char>(c));
+  if (c == EOF && line.empty()) return nullptr;
+  return strdup(line.c_str());
+}
+void add_history(const char*) {}
+void using_history() {}
+int read_history(const char*) { return 0; }
+int write_history(const char*) { return 0; }
+#endif
 
 std::string history_path() {
   if (const char* p = std::getenv("ME_HISTORY")) return p;
