@@ -32,6 +32,7 @@ int open_megaengine(lua_State* L) {
   open_tensor(L, core);
   open_model(L, core);
   open_train(L, core);
+  open_comm(L, core);
   if (luaL_loadbuffer(L, kMegaengineLua, std::strlen(kMegaengineLua), "=[megaengine]") != LUA_OK)
     return lua_error(L);  // a broken embedded module is a build bug; say so plainly
   lua_pushvalue(L, core);

@@ -4,7 +4,13 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "bindings/doctor.h"
 #include "bindings/lua_host.h"
+#include "engine/comm/launcher.h"
 #include "bindings/repl.h"
 #include "engine/core/log.h"
 
@@ -18,6 +24,9 @@ const char* kUsage =
     "  megaengine -i recipe.lua [key=value]   run it, then stay in the REPL with recipe, trainer, summary\n"
     "  megaengine -e 'lua code'               run a chunk (may repeat; runs before any recipe)\n"
     "  megaengine --dry-run recipe.lua ...    print the resolved recipe and its parameter count, do not train\n"
+    "  megaengine --nproc N recipe.lua ...    start N ranks on this machine (RANK, WORLD_SIZE, MASTER_* set,\n"
+    "                                         output prefixed by rank; if one fails, the others are stopped)\n"
+    "  megaengine doctor                      report LibTorch, backends, GPUs and peer access, NCCL, libfabric\n"
     "  megaengine                             open the REPL\n"
     "  megaengine --help | --version\n"
     "\n"
@@ -31,8 +40,28 @@ int die(const std::string& message) {
 
 }  // namespace
 
+// argv without "--nproc N", run again once per rank by the launcher.
+int launch_ranks(int nproc, int argc, char** argv) {
+  if (std::getenv("ME_LAUNCHED"))
+    return die("--nproc given inside a rank that megaengine --nproc started (ME_LAUNCHED is set)");
+  me::comm::LaunchOptions opts;
+  opts.nproc = nproc;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  opts.argv.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--nproc") {
+      ++i;
+      continue;
+    }
+    opts.argv.push_back(argv[i]);
+  }
+  return me::comm::launch(opts);
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> chunks;
+  int nproc = 0;
   std::string recipe;
   std::vector<std::string> rest;
   bool interactive = false, dry_run = false;
@@ -57,6 +86,20 @@ int main(int argc, char** argv) {
       interactive = true;
     } else if (a == "--dry-run") {
       dry_run = true;
+    } else if (a == "--nproc") {
+      char* end = nullptr;
+      const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || !end || *end || v < 1 || v > 4096)
+        return die(std::string("--nproc needs a positive number of processes, got '") + (i + 1 < argc ? argv[i + 1] : "") + "'");
+      nproc = static_cast<int>(v);
+      ++i;
+    } else if (a == "doctor" && recipe.empty()) {
+      try {
+        std::fputs(me::lua::doctor_report().c_str(), stdout);
+        return 0;
+      } catch (const std::exception& e) {
+        return die(e.what());
+      }
     } else if (a.size() > 1 && a[0] == '-') {
       return die("unknown option '" + a + "' (see megaengine --help)");
     } else {
@@ -64,6 +107,13 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (nproc > 0) {
+    try {
+      return launch_ranks(nproc, argc, argv);
+    } catch (const std::exception& e) {
+      return die(e.what());
+    }
+  }
   try {
     me::log::init_from_env();
     me::lua::LuaHost host;

@@ -7,7 +7,8 @@ namespace me::lua {
 
 void open_tensor(lua_State* L, int core);  // core.tensor.*, core.manual_seed, core.cuda_available
 void open_model(lua_State* L, int core);   // core.gpt_check, core.gpt_parameters, core.build_model
-void open_train(lua_State* L, int core);   // core.trainer, core.train_defaults
+void open_train(lua_State* L, int core);   // core.trainer
+void open_comm(lua_State* L, int core);    // core.comm.*: communicator, groups, collectives
 
 extern const char* const kTensorMeta;
 

@@ -117,6 +117,7 @@ me.tensor = setmetatable({}, {
   __call = function(_, values, options) return core.tensor.from(values, options) end,
 })
 me.manual_seed = core.manual_seed
+me.comm = core.comm
 me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_count }
 
 function me.device(name)

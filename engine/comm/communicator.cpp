@@ -1,0 +1,250 @@
+#include "engine/comm/communicator.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "engine/comm/gloo_group.h"
+#include "engine/comm/nccl_group.h"
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+
+namespace me::comm {
+namespace {
+
+using Clock = std::chrono::system_clock;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+}
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, bool server, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = server;
+  o.numWorkers = static_cast<std::size_t>(env.world);
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    fail("rank ", env.rank, ": cannot reach the rendezvous store at ", env.master_addr, ":", env.master_port,
+         (server ? " (this rank hosts it; is the port in use?)" : " (hosted by rank 0; did it start?)"), ": ",
+         std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+  }
+}
+
+}  // namespace
+
+Communicator::Communicator(LaunchEnv env, CommOptions options) : env_(std::move(env)), options_(std::move(options)) {
+  const bool cuda = options_.device.rfind("cuda", 0) == 0;
+  backend_ = options_.backend == "auto" ? (cuda ? "nccl" : "gloo") : options_.backend;
+  ME_CHECK(backend_ == "gloo" || backend_ == "nccl", "unknown communication backend '", backend_,
+           "': expected gloo, nccl or auto");
+  ME_CHECK(options_.timeout.count() > 0 && options_.heartbeat_s > 0, "comm timeout and heartbeat must be positive");
+  if (backend_ == "nccl") {
+    ME_CHECK(cuda, "the nccl backend drives CUDA tensors: set device=cuda (or backend=gloo for CPU)");
+    cuda_device_ = select_cuda_device(env_.local_rank);
+  }
+  log::set_rank(env_.rank, env_.world);
+  if (env_.world == 1)
+    store_ = c10::make_intrusive<c10d::HashStore>();
+  else
+    store_ = connect_store(env_, env_.rank == 0, options_.connect_timeout);
+  for (const auto& entry : all_gather_object(hostname() + "\t" + std::to_string(cuda_device_))) {
+    const auto tab = entry.rfind('\t');
+    hosts_.push_back(entry.substr(0, tab));
+    gpus_.push_back(std::stoi(entry.substr(tab + 1)));
+  }
+
+  std::vector<int> all(static_cast<size_t>(env_.world));
+  for (int r = 0; r < env_.world; ++r) all[static_cast<size_t>(r)] = r;
+  world_ = new_group("world", all);
+  if (env_.world > 1) watchdog_ = std::thread([this] { watchdog_loop(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, const std::vector<int>& ranks) {
+  if (std::find(ranks.begin(), ranks.end(), env_.rank) == ranks.end()) return nullptr;
+  const std::string host = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost" ? "127.0.0.1" : hostname();
+  std::shared_ptr<ProcessGroup> g;
+  if (backend_ == "gloo")
+    g = make_gloo_group(name, ranks, env_.rank, store_, options_.timeout, host);
+  else
+    g = make_nccl_group(name, ranks, env_.rank, store_, options_.timeout, cuda_device_);
+  g->set_diagnose([this](const ProcessGroup& group, int64_t seq) { return diagnose(group, seq); });
+  std::lock_guard<std::mutex> lock(groups_mutex_);
+  groups_.push_back(g);
+  return g;
+}
+
+std::vector<std::string> Communicator::all_gather_object(const std::string& mine) {
+  const int64_t round = ++object_round_;
+  const std::string prefix = cat("me/obj/", round, "/");
+  store_->set(prefix + std::to_string(env_.rank), bytes(mine));
+  std::vector<std::string> out(static_cast<size_t>(env_.world));
+  for (int r = 0; r < env_.world; ++r) {
+    const std::string key = prefix + std::to_string(r);
+    try {
+      store_->wait({key}, options_.connect_timeout);
+    } catch (const std::exception&) {
+      fail("rank ", env_.rank, ": rank ", r, " did not publish '", key, "' within ",
+           options_.connect_timeout.count() / 1000, " s (it has not started, or died)");
+    }
+    out[static_cast<size_t>(r)] = text(store_->get(key));
+  }
+  return out;
+}
+
+void Communicator::publish_progress(c10d::Store& store) {
+  store.set(cat("me/hb/", env_.rank), bytes(std::to_string(now_ms())));
+  std::lock_guard<std::mutex> lock(groups_mutex_);
+  for (auto& weak : groups_) {
+    auto g = weak.lock();
+    if (!g) continue;
+    const int64_t seq = g->collectives_started();
+    auto& last = published_[g->name()];
+    if (seq != last) {
+      store.set(cat("me/progress/", g->name(), "/", env_.rank), bytes(std::to_string(seq)));
+      last = seq;
+    }
+  }
+}
+
+void Communicator::watchdog_loop() {
+  // Its own connection: the main thread may be blocked inside the store or a collective.
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = connect_store(env_, false, options_.connect_timeout);
+  } catch (const std::exception& e) {
+    log::warn("watchdog cannot reach the store, failures will not name ranks: ", e.what());
+    return;
+  }
+  const auto interval = std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_s * 1000));
+  std::unique_lock<std::mutex> lock(stop_mutex_);
+  while (!stop_) {
+    lock.unlock();
+    try {
+      publish_progress(*store);
+    } catch (const std::exception&) {
+      // The store lives on rank 0; if it is gone the collectives will say so.
+    }
+    lock.lock();
+    stop_cv_.wait_for(lock, interval, [this] { return stop_.load(); });
+  }
+}
+
+std::string Communicator::diagnose(const ProcessGroup& group, int64_t seq) {
+  if (env_.world == 1) return "";
+  const auto hb_ms = static_cast<int64_t>(options_.heartbeat_s * 1000);
+  std::ostringstream os;
+  try {
+    auto store = connect_store(env_, false, std::chrono::seconds(5));
+    // Say we saw it: ranks that failed too are survivors, not the cause.
+    store->set(cat("me/failed/", env_.rank), bytes(cat(group.name(), " #", seq)));
+    // Let a dead rank's heartbeat go stale before judging it (a peer's death is often seen
+    // the moment its socket closes, before its last heartbeat ages).
+    std::this_thread::sleep_for(std::chrono::milliseconds(hb_ms * 5 / 2));
+    const int64_t now = now_ms();
+    for (int r : group.ranks()) {
+      if (r == env_.rank || store->check({cat("me/failed/", r)})) continue;
+      const std::string hb_key = cat("me/hb/", r), seq_key = cat("me/progress/", group.name(), "/", r);
+      const std::string who = cat("\n  rank ", r, " (", hosts_[static_cast<size_t>(r)], "): ");
+      if (!store->check({hb_key})) {
+        os << who << "never sent a heartbeat";
+        continue;
+      }
+      const int64_t age = now - std::stoll(text(store->get(hb_key)));
+      const int64_t their = store->check({seq_key}) ? std::stoll(text(store->get(seq_key))) : 0;
+      if (age > 2 * hb_ms)
+        os << who << "no heartbeat for " << age / 1000.0 << " s: the process exited, was killed, or lost its node";
+      else if (their < seq)
+        os << who << "alive but has not reached this collective (it has started " << their << " of " << seq
+           << " on group '" << group.name() << "'): it is hung or running something else";
+    }
+    // Rank 0 hosts the store: stay a moment so the other survivors can still read it.
+    if (env_.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(hb_ms * 3));
+  } catch (const std::exception&) {
+    os << "\n  the rendezvous store on rank 0 (" << env_.master_addr << ":" << env_.master_port
+       << ") is unreachable: rank 0 has exited";
+  }
+  const std::string found = os.str();
+  return found.empty() ? "\n  (the other ranks of the group are alive, or failed the same way)"
+                       : "\n  what the other ranks were doing:" + found;
+}
+
+ParallelGroups make_parallel_groups(Communicator& comm, int tp, int pp, int cp) {
+  ParallelGroups pg{RankGrid(comm.world_size(), tp, pp, cp), {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  const int me_rank = comm.rank();
+  pg.coords = pg.grid.coords(me_rank);
+  // Every rank walks every group of every kind in the same order; each joins only its own.
+  auto join = [&](const char* kind, const std::vector<RankGroup>& groups) {
+    std::shared_ptr<ProcessGroup> mine;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      auto g = comm.new_group(cat(kind, "-", i), groups[i]);
+      if (g) mine = g;
+    }
+    return mine;
+  };
+  pg.tp = join("tp", pg.grid.all_tp_groups());
+  pg.cp = join("cp", pg.grid.all_cp_groups());
+  pg.dp = join("dp", pg.grid.all_dp_groups());
+  pg.pp = join("pp", pg.grid.all_pp_groups());
+  pg.model_parallel = join("mp", pg.grid.all_model_parallel_groups());
+  std::vector<RankGroup> embedding;
+  for (const auto& pipe : pg.grid.all_pp_groups()) {
+    RankGroup e{pipe.front()};
+    if (pipe.back() != pipe.front()) e.push_back(pipe.back());
+    embedding.push_back(e);
+  }
+  pg.embedding = join("emb", embedding);
+
+  // Tensor parallelism talks at every layer: it must stay on one node's NVLink.
+  const auto& hosts = comm.hosts();
+  for (const auto& g : pg.grid.all_tp_groups()) {
+    for (int r : g) {
+      if (hosts[static_cast<size_t>(r)] != hosts[static_cast<size_t>(g.front())]) {
+        pg.warnings.push_back(cat("tensor-parallel group of ranks ", g.front(), "..", g.back(), " spans hosts ",
+                                  hosts[static_cast<size_t>(g.front())], " and ", hosts[static_cast<size_t>(r)],
+                                  ": every layer's all-reduce will cross the network; use tp <= GPUs per node"));
+        break;
+      }
+    }
+  }
+  std::ostringstream os;
+  os << "layout: world " << comm.world_size() << " = tp " << tp << " x cp " << cp << " x dp " << pg.grid.layout().dp()
+     << " x pp " << pp << ", backend " << comm.backend() << "\n";
+  os << "  rank  host                  gpu   tp  cp  dp  pp";
+  for (int r = 0; r < comm.world_size(); ++r) {
+    const auto c = pg.grid.coords(r);
+    char line[160];
+    const int gpu = comm.gpus()[static_cast<size_t>(r)];
+    std::snprintf(line, sizeof line, "\n  %4d  %-20s  %4s  %2d  %2d  %2d  %2d", r, hosts[static_cast<size_t>(r)].c_str(),
+                  gpu < 0 ? "cpu" : std::to_string(gpu).c_str(), c.tp, c.cp, c.dp, c.pp);
+    os << line;
+  }
+  pg.layout_table = os.str();
+  return pg;
+}
+
+}  // namespace me::comm

@@ -1,0 +1,98 @@
+// The job's communication state, one object per process (no globals): the rendezvous store,
+// the world group, groups made from a RankGrid, the hosts of all ranks, and a watchdog that
+// publishes this rank's heartbeat and collective progress so a failure can name the rank
+// that died or hung.
+#pragma once
+#include <torch/torch.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/comm/bootstrap.h"
+#include "engine/comm/process_group.h"
+#include "engine/comm/rank_grid.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace me::comm {
+
+struct CommOptions {
+  std::string backend = "auto";  // gloo | nccl | auto (nccl for cuda devices, gloo for cpu)
+  std::string device = "cpu";
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};         // any one collective
+  std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};  // rendezvous at start
+  double heartbeat_s = 1.0;
+};
+
+class Communicator {
+ public:
+  Communicator(LaunchEnv env, CommOptions options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  const LaunchEnv& env() const { return env_; }
+  const CommOptions& options() const { return options_; }
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world; }
+  std::string backend() const { return backend_; }
+  int cuda_device() const { return cuda_device_; }  // -1 on CPU
+
+  const std::shared_ptr<ProcessGroup>& world() const { return world_; }
+  // A group over `ranks` (global, sorted). Collective over those ranks: each must call it
+  // with the same name. Non-members get nullptr.
+  std::shared_ptr<ProcessGroup> new_group(const std::string& name, const std::vector<int>& ranks);
+
+  // Small host-side values (hostnames, metadata) from every rank, in rank order, through the store.
+  std::vector<std::string> all_gather_object(const std::string& mine);
+  const std::vector<std::string>& hosts() const { return hosts_; }  // rank -> hostname
+  const std::vector<int>& gpus() const { return gpus_; }             // rank -> CUDA device (-1: cpu)
+
+  // What the other ranks of `group` were doing when its collective #seq failed.
+  std::string diagnose(const ProcessGroup& group, int64_t seq);
+
+ private:
+  void watchdog_loop();
+  void publish_progress(c10d::Store& store);
+
+  LaunchEnv env_;
+  CommOptions options_;
+  std::string backend_;
+  int cuda_device_ = -1;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<ProcessGroup> world_;
+  std::vector<std::string> hosts_;
+  std::vector<int> gpus_;
+  int64_t object_round_ = 0;
+
+  std::mutex groups_mutex_;
+  std::vector<std::weak_ptr<ProcessGroup>> groups_;
+  std::map<std::string, int64_t> published_;
+  std::thread watchdog_;
+  std::atomic<bool> stop_{false};
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+};
+
+// The groups of one rank under a layout: what parallel layers and the trainer use.
+struct ParallelGroups {
+  RankGrid grid;
+  Coords coords;
+  std::shared_ptr<ProcessGroup> tp, pp, dp, cp, model_parallel, embedding;
+  std::string layout_table;  // rank -> host, GPU, coordinates (printed by rank 0)
+  std::vector<std::string> warnings;
+};
+
+// Builds every group of the grid in Megatron's order on every rank (each rank joins its own),
+// checks that tensor-parallel groups stay inside a node, and describes the layout.
+ParallelGroups make_parallel_groups(Communicator& comm, int tp, int pp, int cp = 1);
+
+}  // namespace me::comm

@@ -1,0 +1,258 @@
+#include "engine/comm/nccl_group.h"
+
+#include "engine/comm/bootstrap.h"
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+
+#if ME_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <thread>
+#endif
+
+namespace me::comm {
+
+#if ME_HAVE_NCCL
+namespace {
+
+#define ME_NCCL(expr, what)                                                                       \
+  do {                                                                                            \
+    ncclResult_t r_ = (expr);                                                                     \
+    if (r_ != ncclSuccess) ::me::fail(what, ": ", ncclGetErrorString(r_), " (", #expr, ")");    \
+  } while (0)
+#define ME_CUDA(expr, what)                                                                       \
+  do {                                                                                            \
+    cudaError_t e_ = (expr);                                                                      \
+    if (e_ != cudaSuccess) ::me::fail(what, ": ", cudaGetErrorString(e_));                       \
+  } while (0)
+
+ncclDataType_t to_nccl(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kLong: return ncclInt64;
+    case at::kInt: return ncclInt32;
+    case at::kChar: return ncclInt8;
+    case at::kByte: case at::kBool: return ncclUint8;
+    default: fail("NCCL cannot reduce tensors of type ", t);
+  }
+}
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// Completion of one collective: an event recorded on the stream right after it.
+class NcclWork : public Work {
+ public:
+  explicit NcclWork(cudaEvent_t ev) : event_(ev) {}
+  // Orders the caller's current stream after the collective; the host does not block. A
+  // collective that never completes is caught by the group's monitor thread instead.
+  void wait() override { ME_CUDA(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream().stream(), event_, 0), "wait"); }
+  bool is_completed() override { return cudaEventQuery(event_) == cudaSuccess; }
+
+ private:
+  cudaEvent_t event_;  // owned by the group's in-flight list
+};
+
+class NcclGroup : public ProcessGroup {
+ public:
+  NcclGroup(std::string name, std::vector<int> ranks, int global_rank, const c10::intrusive_ptr<c10d::Store>& store,
+            std::chrono::milliseconds timeout, int device)
+      : ProcessGroup(std::move(name), std::move(ranks), global_rank), timeout_(timeout), device_(device) {
+    ncclUniqueId id;
+    const std::string key = "me/nccl/" + this->name() + "/id";
+    if (rank() == 0) {
+      ME_NCCL(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      const auto* p = reinterpret_cast<const uint8_t*>(&id);
+      store->set(key, std::vector<uint8_t>(p, p + sizeof id));
+    } else {
+      store->wait({key});
+      const auto v = store->get(key);
+      ME_CHECK(v.size() == sizeof id, "group '", this->name(), "': malformed NCCL id in the store");
+      std::memcpy(&id, v.data(), sizeof id);
+    }
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    ME_NCCL(ncclCommInitRank(&comm_, size(), id, rank()), cat("NCCL init of group '", this->name(), "'"));
+    monitor_ = std::thread([this] { monitor_loop(); });
+  }
+
+  ~NcclGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (monitor_.joinable()) monitor_.join();
+    for (auto& f : inflight_) cudaEventDestroy(f.event);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+
+  std::string backend() const override { return "nccl"; }
+
+ protected:
+  WorkPtr do_all_reduce(torch::Tensor& t, ReduceOp op) override {
+    return launch("all_reduce", t, [&](cudaStream_t s) {
+      return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), to_nccl(t.scalar_type()),
+                           to_nccl(op), comm_, s);
+    });
+  }
+  WorkPtr do_all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    return launch("all_gather", in, [&](cudaStream_t s) {
+      return ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), to_nccl(in.scalar_type()),
+                           comm_, s);
+    });
+  }
+  WorkPtr do_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) override {
+    return launch("reduce_scatter", in, [&](cudaStream_t s) {
+      return ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
+                               to_nccl(in.scalar_type()), to_nccl(op), comm_, s);
+    });
+  }
+  WorkPtr do_broadcast(torch::Tensor& t, int root) override {
+    return launch("broadcast", t, [&](cudaStream_t s) {
+      return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), to_nccl(t.scalar_type()), root,
+                           comm_, s);
+    });
+  }
+  WorkPtr do_send(const torch::Tensor& t, int dst) override {
+    return launch("send", t, [&](cudaStream_t s) {
+      return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), to_nccl(t.scalar_type()), dst, comm_, s);
+    });
+  }
+  WorkPtr do_recv(torch::Tensor& t, int src) override {
+    return launch("recv", t, [&](cudaStream_t s) {
+      return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), to_nccl(t.scalar_type()), src, comm_, s);
+    });
+  }
+  WorkPtr do_barrier() override {
+    // A barrier is a host-side promise: all-reduce one number, then wait for it here.
+    auto one = torch::ones({1}, torch::TensorOptions().device(torch::kCUDA, device_));
+    auto w = do_all_reduce(one, ReduceOp::sum);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (!w->is_completed()) {
+      ME_CHECK(std::chrono::steady_clock::now() < deadline, "barrier timed out after ", timeout_.count() / 1000, " s");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return w;
+  }
+
+ private:
+  struct InFlight {
+    cudaEvent_t event;
+    int64_t seq;
+    const char* op;
+    std::chrono::steady_clock::time_point started;
+  };
+
+  template <typename F>
+  WorkPtr launch(const char* op, const torch::Tensor& t, F&& call) {
+    ME_CHECK(t.is_cuda() && t.device().index() == device_, op, " on group '", name(), "': tensor is on ", t.device(),
+             ", the group drives cuda:", device_);
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
+    ME_NCCL(call(stream), cat(op, " on group '", name(), "'"));
+    cudaEvent_t ev;
+    ME_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    ME_CUDA(cudaEventRecord(ev, stream), "cudaEventRecord");
+    std::lock_guard<std::mutex> lock(mutex_);
+    inflight_.push_back({ev, collectives_started(), op, std::chrono::steady_clock::now()});
+    return std::make_shared<NcclWork>(ev);
+  }
+
+  // Retires completed collectives; a collective past the timeout, or an asynchronous NCCL
+  // error, ends the process with a message naming the missing ranks (as torch's NCCL watchdog
+  // does): a hung GPU collective cannot be cancelled from the thread that issued it.
+  void monitor_loop() {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      while (!inflight_.empty() && cudaEventQuery(inflight_.front().event) == cudaSuccess) {
+        cudaEventDestroy(inflight_.front().event);
+        inflight_.pop_front();
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      const bool overdue = !inflight_.empty() && std::chrono::steady_clock::now() - inflight_.front().started > timeout_;
+      if (overdue || async != ncclSuccess) {
+        const auto f = inflight_.empty() ? InFlight{nullptr, collectives_started(), "collective", {}} : inflight_.front();
+        lock.unlock();
+        const std::string why = async != ncclSuccess ? std::string(ncclGetErrorString(async))
+                                                     : cat("timed out after ", timeout_.count() / 1000.0, " s");
+        std::string msg = cat(f.op, " on group '", name(), "' (nccl, collective #", f.seq, ") failed: ", why);
+        msg += diagnosis(f.seq);
+        log::error(msg);
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+  }
+
+  std::chrono::milliseconds timeout_;
+  int device_;
+  ncclComm_t comm_ = nullptr;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<InFlight> inflight_;
+  bool stop_ = false;
+  std::thread monitor_;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::string nccl_version() {
+  int v = 0;
+  ncclGetVersion(&v);
+  return cat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
+}
+
+int select_cuda_device(int local_rank) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  const int device = pick_cuda_device(local_rank, count);
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  return device;
+}
+
+std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int> global_ranks, int global_rank,
+                                              const c10::intrusive_ptr<c10d::Store>& store,
+                                              std::chrono::milliseconds timeout, int device) {
+  return std::make_unique<NcclGroup>(std::move(name), std::move(global_ranks), global_rank, store, timeout, device);
+}
+
+#else
+
+bool nccl_available() { return false; }
+std::string nccl_version() { return "not built"; }
+int select_cuda_device(int) { fail("this build of megaengine has no CUDA/NCCL support: use device=cpu"); }
+std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int>, int,
+                                              const c10::intrusive_ptr<c10d::Store>&, std::chrono::milliseconds, int) {
+  fail("group '", name, "': the nccl backend is not in this build (no CUDA LibTorch): use device=cpu with gloo");
+}
+
+#endif
+
+}  // namespace me::comm

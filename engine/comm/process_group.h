@@ -1,0 +1,87 @@
+// A process group: the collectives of one set of ranks, on one backend (Gloo for CPU tensors,
+// NCCL for CUDA tensors). Every call counts as one collective of the group; a failure or a
+// timeout is reported with what the other ranks were doing (see Diagnose), so a dead or hung
+// rank is named instead of leaving a silent hang.
+#pragma once
+#include <torch/torch.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace me::comm {
+
+enum class ReduceOp { sum, avg, max, min };
+ReduceOp parse_reduce_op(const std::string& name);
+std::string reduce_op_name(ReduceOp op);
+
+// A handle on a collective in flight. wait() throws me::Error on failure or timeout.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// A Work that finished before it was returned (synchronous fallbacks).
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
+class ProcessGroup {
+ public:
+  // Explains a failure of collective #seq of `group` from the other ranks' published progress.
+  using Diagnose = std::function<std::string(const ProcessGroup& group, int64_t seq)>;
+
+  ProcessGroup(std::string name, std::vector<int> global_ranks, int global_rank);
+  virtual ~ProcessGroup() = default;
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }  // this process's rank inside the group
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int>& ranks() const { return ranks_; }  // group rank -> global rank
+  int64_t collectives_started() const { return seq_.load(); }
+  virtual std::string backend() const = 0;
+  void set_diagnose(Diagnose d) { diagnose_ = std::move(d); }
+
+  // Collectives: blocking unless async, in which case the caller waits on the Work. Tensors
+  // must be contiguous; all_gather's `out` holds size() copies of `in` back to back along
+  // dimension 0, reduce_scatter's `in` holds size() chunks of `out`.
+  WorkPtr all_reduce(torch::Tensor& t, ReduceOp op, bool async = false);
+  WorkPtr all_gather(torch::Tensor& out, const torch::Tensor& in, bool async = false);
+  WorkPtr reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, bool async = false);
+  WorkPtr broadcast(torch::Tensor& t, int root, bool async = false);  // root: a group rank
+  WorkPtr send(const torch::Tensor& t, int dst, bool async = false);  // dst: a group rank
+  WorkPtr recv(torch::Tensor& t, int src, bool async = false);        // src: a group rank
+  void barrier();
+
+  std::string describe() const;
+
+ protected:
+  virtual WorkPtr do_all_reduce(torch::Tensor& t, ReduceOp op) = 0;
+  virtual WorkPtr do_all_gather(torch::Tensor& out, const torch::Tensor& in) = 0;
+  virtual WorkPtr do_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) = 0;
+  virtual WorkPtr do_broadcast(torch::Tensor& t, int root) = 0;
+  virtual WorkPtr do_send(const torch::Tensor& t, int dst) = 0;
+  virtual WorkPtr do_recv(torch::Tensor& t, int src) = 0;
+  virtual WorkPtr do_barrier() = 0;
+  // The other ranks' state, for failures a backend detects on its own (NCCL's monitor).
+  std::string diagnosis(int64_t seq) const { return diagnose_ ? diagnose_(*this, seq) : ""; }
+
+ private:
+  // Counts the collective, runs it, and wraps failures (now or at wait()) with the diagnosis.
+  WorkPtr run(const char* op, bool async, const std::function<WorkPtr()>& start);
+
+  std::string name_;
+  std::vector<int> ranks_;
+  int rank_ = -1;
+  std::atomic<int64_t> seq_{0};
+  Diagnose diagnose_;
+};
+
+}  // namespace me::comm
