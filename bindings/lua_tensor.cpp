@@ -2,6 +2,7 @@
 // dimensions are 1-based, as everywhere else in Lua (and in Torch7).
 #include "bindings/lua_tensor.h"
 
+#include <chrono>
 #include <sstream>
 
 #include "bindings/modules.h"
@@ -169,6 +170,17 @@ int manual_seed(lua_State* L) {
 
 int cuda_available(lua_State* L) {
   lua_pushboolean(L, compat::cuda_available());
+  return 1;
+}
+
+int cuda_synchronize(lua_State* L) {
+  if (compat::cuda_available()) compat::cuda_synchronize();
+  return 0;
+}
+
+int clock_seconds(lua_State* L) {  // wall clock for timing (os.clock is CPU time)
+  using namespace std::chrono;
+  lua_pushnumber(L, duration<double>(steady_clock::now().time_since_epoch()).count());
   return 1;
 }
 
@@ -414,7 +426,9 @@ void open_tensor(lua_State* L, int core) {
   luaL_setfuncs(L, ctors, 0);
   lua_setfield(L, core, "tensor");
   static const luaL_Reg misc[] = {{"traceback", traceback_handler}, {"manual_seed", wrapped<manual_seed>}, {"cuda_available", wrapped<cuda_available>},
-                                  {"cuda_device_count", wrapped<device_count>}, {nullptr, nullptr}};
+                                  {"cuda_device_count", wrapped<device_count>},
+                                  {"cuda_synchronize", wrapped<cuda_synchronize>}, {"clock", wrapped<clock_seconds>},
+                                  {nullptr, nullptr}};
   lua_pushvalue(L, core);
   luaL_setfuncs(L, misc, 0);
   lua_pop(L, 1);

@@ -118,7 +118,9 @@ me.tensor = setmetatable({}, {
 })
 me.manual_seed = core.manual_seed
 me.comm = core.comm
-me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_count }
+me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_count,
+            synchronize = core.cuda_synchronize }
+me.clock = core.clock  -- wall-clock seconds, for timing
 
 function me.device(name)
   if name == "cpu" then return name end

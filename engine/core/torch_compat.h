@@ -31,4 +31,7 @@ inline std::string torch_version() { return TORCH_VERSION; }
 
 inline bool cuda_available() { return torch::cuda::is_available(); }
 
+// Waits for all work queued on the current GPU.
+inline void cuda_synchronize() { torch::cuda::synchronize(); }
+
 }  // namespace me::compat

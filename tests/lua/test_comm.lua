@@ -1,9 +1,16 @@
--- Every collective and send/recv on 4 real processes (run under megaengine --nproc 4), on
--- float32 and bfloat16 tensors of odd sizes, checking values against closed forms.
+-- Every collective and send/recv on real processes (megaengine --nproc N, N even), on float32
+-- and bfloat16 tensors of odd sizes, checking values against closed forms. CPU (Gloo) by
+-- default; ME_TEST_DEVICE=cuda runs the same checks over NCCL, one GPU per rank.
 local me = require "megaengine"
-local w = me.comm.init { timeout_s = 60 }
+local device = os.getenv("ME_TEST_DEVICE") or "cpu"
+local w = me.comm.init { timeout_s = 60, device = device }
 local r, n = w:rank(), w:size()
-assert(n == 4, "run me under --nproc 4")
+assert(n >= 2 and n % 2 == 0, "run me under --nproc N with N even")
+local gpu = "cpu"
+if device ~= "cpu" then gpu = "cuda:" .. (me.comm.env().local_rank % me.cuda.device_count()) end
+-- every tensor below lives on this rank's device
+local function D(t) return t:to(gpu) end
+local sum_1_to_n = n * (n + 1) / 2
 assert(me.comm.rank() == r and me.comm.world_size() == n)
 
 local function check(cond, what)
@@ -15,70 +22,75 @@ for _, dtype in ipairs { "float32", "bfloat16" } do
   for _, size in ipairs { 1, 7, 13 } do
     -- all_reduce: each rank contributes (rank + 1) * (1..size)
     local base = me.tensor.arange(1, size + 1):to(dtype)
-    local function mine() return (base * (r + 1)):to(dtype) end
+    local expect = base:to("float64")
+    local function mine() return D((base * (r + 1)):to(dtype)) end
+    local function host(t) return t:to("cpu"):to("float64") end
     local t = mine(); w:all_reduce(t, "sum")
-    check(t:to("float64"):allclose(base:to("float64") * 10), dtype .. " sum size " .. size)
+    check(host(t):allclose(expect * sum_1_to_n), dtype .. " sum size " .. size)
     t = mine(); w:all_reduce(t, "max")
-    check(t:to("float64"):allclose(base:to("float64") * 4), dtype .. " max")
+    check(host(t):allclose(expect * n), dtype .. " max")
     t = mine(); w:all_reduce(t, "min")
-    check(t:to("float64"):allclose(base:to("float64")), dtype .. " min")
+    check(host(t):allclose(expect), dtype .. " min")
     t = mine(); w:all_reduce(t, "avg")
-    check(t:to("float64"):allclose(base:to("float64") * 2.5, 1e-2), dtype .. " avg")
+    check(host(t):allclose(expect * (n + 1) / 2, 1e-2), dtype .. " avg")
 
     -- all_gather: row i of the result comes from rank i
-    local g = w:all_gather(me.tensor.ones({ 1, size }, opts) * r)
+    local g = w:all_gather(D(me.tensor.ones({ 1, size }, opts) * r))
     check(g:size(1) == n and g:size(2) == size, "all_gather shape")
-    for i = 1, n do check(g[i]:to("float64"):sum():item() == (i - 1) * size, "all_gather row " .. i) end
+    for i = 1, n do check(host(g[i]):sum():item() == (i - 1) * size, "all_gather row " .. i) end
 
     -- reduce_scatter: rank i keeps the reduced chunk i
     local full = me.tensor.arange(n * size):to(dtype):reshape { n, size }
-    local chunk = w:reduce_scatter(full:clone(), "sum")
-    check(chunk:size(1) == 1 and chunk[1]:to("float64"):allclose(full[r + 1]:to("float64") * n), dtype .. " reduce_scatter")
+    local chunk = w:reduce_scatter(D(full:clone()), "sum")
+    check(chunk:size(1) == 1 and host(chunk[1]):allclose(full[r + 1]:to("float64") * n), dtype .. " reduce_scatter")
 
     -- broadcast from every root in turn
     for root = 0, n - 1 do
-      local b = me.tensor.ones({ size }, opts) * (r == root and 7 or 0)
+      local b = D(me.tensor.ones({ size }, opts) * (r == root and 7 or 0))
       w:broadcast(b, root)
-      check(b:to("float64"):sum():item() == 7 * size, "broadcast from " .. root)
+      check(host(b):sum():item() == 7 * size, "broadcast from " .. root)
     end
 
     -- send/recv around a ring: even ranks send first, odd ranks receive first
     local right, left = (r + 1) % n, (r - 1) % n
-    local got = me.tensor.zeros({ size }, opts)
-    local out = me.tensor.ones({ size }, opts) * (r + 1)
+    local got = D(me.tensor.zeros({ size }, opts))
+    local out = D(me.tensor.ones({ size }, opts) * (r + 1))
     if r % 2 == 0 then w:send(out, right); w:recv(got, left) else w:recv(got, left); w:send(out, right) end
-    check(got:to("float64"):sum():item() == (left + 1) * size, "ring recv")
+    check(host(got):sum():item() == (left + 1) * size, "ring recv")
   end
 end
 
 -- async handle
-local t = me.tensor.ones { 5 }
+local t = D(me.tensor.ones { 5 })
 local work = w:all_reduce(t, "sum", true)
 work:wait()
-check(work:is_completed() and t:sum():item() == 20, "async all_reduce")
+check(t:to("cpu"):sum():item() == 5 * n, "async all_reduce")
+if device ~= "cpu" then me.cuda.synchronize() end
+check(work:is_completed(), "async work completed")
 w:barrier()
 
 -- host objects through the store
 local names = me.comm.all_gather_object("rank-" .. r)
-check(#names == n and names[4] == "rank-3", "all_gather_object")
+check(#names == n and names[n] == "rank-" .. (n - 1), "all_gather_object")
 
--- groups of a 2 x 2 grid in Megatron's order: tp pairs {0,1} {2,3}, dp pairs {0,2} {1,3}
+-- groups of a tp=2 grid in Megatron's order: tp pairs {0,1} {2,3}..., dp {0,2,...} {1,3,...}
 local grid = me.comm.grid { tp = 2 }
-check(grid.tp:size() == 2 and grid.dp:size() == 2 and grid.pp:size() == 1, "grid sizes")
+check(grid.tp:size() == 2 and grid.dp:size() == n // 2 and grid.pp:size() == 1, "grid sizes")
 local tpr = grid.tp:ranks()
 check(tpr[1] == r - r % 2 and tpr[2] == r - r % 2 + 1, "tp group members")
-local x = me.tensor { r }
+local x = D(me.tensor { r })
 grid.tp:all_reduce(x)
-check(x:item() == (r - r % 2) * 2 + 1, "tp all_reduce")
-local y = me.tensor { r }
+check(x:to("cpu"):item() == (r - r % 2) * 2 + 1, "tp all_reduce")
+local y = D(me.tensor { r })
 grid.dp:all_reduce(y)
-check(y:item() == (r % 2) * 2 + 2, "dp all_reduce")
+local half = n // 2
+check(y:to("cpu"):item() == half * (r % 2) + half * (half - 1), "dp all_reduce")
 check(grid.coords.tp == r % 2 and grid.coords.dp == r // 2, "coords")
 
 -- bad arguments are clear
-local ok, err = pcall(function() w:send(me.tensor { 1 }, r) end)
+local ok, err = pcall(function() w:send(D(me.tensor { 1 }), r) end)
 check(not ok and tostring(err):find("must be another rank"), "send to self rejected: " .. tostring(err))
 ok, err = pcall(function() me.comm.grid { tp = 3 } end)
-check(not ok and tostring(err):find("world size 4 is not divisible by tp%*pp%*cp = 3"), tostring(err))
+check(not ok and tostring(err):find(("world size %d is not divisible by tp%%*pp%%*cp = 3"):format(n)), tostring(err))
 w:barrier()
-print(("rank %d: test_comm passed"):format(r))
+print(("rank %d: test_comm passed (%s, %s)"):format(r, w:backend(), gpu))

@@ -1,0 +1,86 @@
+-- Collective bandwidth, printed the way nccl-tests prints it: for each collective and message
+-- size, the time per call, the algorithm bandwidth (bytes / time) and the bus bandwidth (what
+-- each link carries, comparable across GPU counts: all_reduce x 2(n-1)/n, all_gather and
+-- reduce_scatter x (n-1)/n, broadcast and send/recv x 1). Every size is checked for the
+-- right values before it is timed.
+--   megaengine --nproc 2 bench/comm_bandwidth.lua              (one GPU per rank, NCCL)
+--   ME_BENCH_DEVICE=cpu megaengine --nproc 4 bench/comm_bandwidth.lua   (Gloo, small sizes)
+local me = require "megaengine"
+local device = os.getenv("ME_BENCH_DEVICE") or "cuda"
+local w = me.comm.init { device = device, timeout_s = 300 }
+local r, n = w:rank(), w:size()
+local gpu = device == "cpu" and "cpu" or ("cuda:" .. me.comm.env().local_rank % me.cuda.device_count())
+local max_bytes = tonumber(os.getenv("ME_BENCH_MAX_BYTES") or (device == "cpu" and 2 ^ 22 or 2 ^ 30))
+local iters, warmup = tonumber(os.getenv("ME_BENCH_ITERS") or 20), 5
+
+local function sync() if device ~= "cpu" then me.cuda.synchronize() end end
+local function timed(fn)
+  for _ = 1, warmup do fn() end
+  sync(); w:barrier()
+  local t0 = me.clock()
+  for _ = 1, iters do fn() end
+  sync()
+  return (me.clock() - t0) / iters
+end
+local function ones(count, value) return (me.tensor.ones({ count }, { device = gpu }) * value) end
+local function expect(cond, what)
+  if not cond then error(("rank %d: wrong result in %s"):format(r, what)) end
+end
+
+local cases = {
+  { name = "all_reduce", factor = 2 * (n - 1) / n, run = function(count)
+      local t = ones(count, r + 1)
+      w:all_reduce(t, "sum")
+      expect(t:to("cpu")[1]:item() == n * (n + 1) / 2, "all_reduce")
+      return function() w:all_reduce(t, "sum") end
+    end },
+  { name = "all_gather", factor = (n - 1) / n, run = function(count)
+      local part = ones(count // n, r)
+      local g = w:all_gather(part)
+      expect(g:to("cpu")[count]:item() == n - 1, "all_gather")
+      return function() w:all_gather(part) end
+    end },
+  { name = "reduce_scatter", factor = (n - 1) / n, run = function(count)
+      local t = ones(count, 1)
+      local c = w:reduce_scatter(t, "sum")
+      expect(c:to("cpu")[1]:item() == n, "reduce_scatter")
+      return function() w:reduce_scatter(t, "sum") end
+    end },
+  { name = "broadcast", factor = 1, run = function(count)
+      local t = ones(count, r == 0 and 3 or 0)
+      w:broadcast(t, 0)
+      expect(t:to("cpu")[count]:item() == 3, "broadcast")
+      return function() w:broadcast(t, 0) end
+    end },
+  { name = "sendrecv", factor = 1, run = function(count)
+      -- pairs (0,1), (2,3)...: even ranks send, odd ranks receive
+      local t = ones(count, r)
+      local peer = r % 2 == 0 and r + 1 or r - 1
+      local function step() if r % 2 == 0 then w:send(t, peer) else w:recv(t, peer) end end
+      step()
+      if r % 2 == 1 then expect(t:to("cpu")[1]:item() == r - 1, "sendrecv") end
+      return step
+    end },
+}
+
+if r == 0 then
+  print(("# megaengine collective bandwidth: %d ranks, backend %s, float32, %d iterations after %d warm-up"):format(
+    n, w:backend(), iters, warmup))
+  print(("# %-14s %12s %12s %10s %9s %9s"):format("collective", "size (B)", "count", "time (us)", "algbw", "busbw"))
+  print(("# %-14s %12s %12s %10s %9s %9s"):format("", "", "(elements)", "", "(GB/s)", "(GB/s)"))
+end
+for _, case in ipairs(cases) do
+  local bytes = 1024
+  while bytes <= max_bytes do
+    local count = bytes // 4
+    local fn = case.run(count)
+    local seconds = timed(fn)
+    if r == 0 then
+      local algbw = bytes / seconds / 1e9
+      print(("  %-14s %12d %12d %10.1f %9.2f %9.2f"):format(case.name, bytes, count, seconds * 1e6, algbw,
+        algbw * case.factor))
+    end
+    bytes = bytes * 4
+  end
+end
+if r == 0 then print("# all sizes checked for correct values before timing") end
