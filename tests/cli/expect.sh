@@ -6,7 +6,9 @@
 set -u
 mode=$1 regex=$2
 shift 3
-out=$(timeout 100 "$@" 2>&1)
+# Every process the command starts inherits this token, so survivors can be found exactly.
+token="me-expect-$$-$RANDOM$RANDOM"
+out=$(ME_EXPECT_TOKEN=$token timeout 100 "$@" 2>&1)
 rc=$?
 flat=$(printf '%s' "$out" | tr '\n' ' ')
 problem=""
@@ -16,17 +18,13 @@ if ! printf '%s' "$flat" | grep -Eq -- "$regex"; then problem="${problem:+$probl
 if printf '%s' "$out" | grep -Eq 'terminate called|Exception raised from|frame #[0-9]|Segmentation fault|core dumped'; then
   problem="${problem:+$problem; }output holds a C++ exception dump or crash"
 fi
-# Nothing the command started may outlive it: no process of the same program (argv[0])
-# running its script (the last argument), nor any whose command line matches EXPECT_GONE.
-# Patterns are anchored at the start of a command line so they cannot match this shell.
+# Nothing the command started may outlive it (ranks, their children, orphans included).
 sleep 0.3
-for pattern in "^$1 .*${@: -1}" ${EXPECT_GONE:+"$EXPECT_GONE"}; do
-  left=$(pgrep -f -- "$pattern" | grep -vxE "$$|$BASHPID" || true)
-  if [ -n "$left" ]; then
-    problem="${problem:+$problem; }processes left behind matching '$pattern': $(ps -o pid=,args= -p "$(echo $left | tr ' ' ',')" 2>/dev/null | tr '\n' ';')"
-    kill -9 $left 2>/dev/null
-  fi
-done
+left=$(grep -lzx "ME_EXPECT_TOKEN=$token" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | tr '\n' ' ')
+if [ -n "${left// /}" ]; then
+  problem="${problem:+$problem; }processes left behind: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ',')" 2>/dev/null | tr '\n' ';')"
+  kill -9 $left 2>/dev/null
+fi
 if [ -n "$problem" ]; then
   printf 'FAILED: %s\n--- command: %s\n--- exit: %d\n--- output:\n%s\n' "$problem" "$*" "$rc" "$out"
   exit 1
