@@ -14,7 +14,7 @@ namespace me::lua {
 std::string doctor_report() {
   std::string out = cat("megaengine ", ME_VERSION, "\n");
   const bool cuda = compat::cuda_available();
-  out += cat("LibTorch:   ", compat::torch_version(), cuda ? cat(", CUDA available, ", torch::cuda::device_count(), " GPUs")
+  out += cat("LibTorch:   ", compat::torch_version(), cuda ? cat(", CUDA available, ", static_cast<int>(torch::cuda::device_count()), " GPUs")
                                                           : std::string(", no CUDA in this build or no GPU"), "\n");
   out += cat("backends:   gloo ", comm::gloo_available() ? "yes (CPU collectives)" : "no (this LibTorch ships no gloo headers)",
              "; nccl ", comm::nccl_available() ? "linked, " + comm::nccl_version() : std::string("not built (CPU LibTorch)"),

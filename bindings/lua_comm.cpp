@@ -120,6 +120,7 @@ int c_grid(lua_State* L) {  // me.comm.grid{ tp=, pp=, cp= }
   auto& c = get_comm(L);
   auto groups = comm::make_parallel_groups(c, tp, pp, cp);
   for (const auto& w : groups.warnings) log::warn(w);
+  if (c.rank() == 0) log::info(groups.layout_table);
   lua_createtable(L, 0, 12);
   push_group(L, groups.tp); lua_setfield(L, -2, "tp");
   push_group(L, groups.pp); lua_setfield(L, -2, "pp");
