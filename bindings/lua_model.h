@@ -1,13 +1,27 @@
 #pragma once
+#include <torch/torch.h>
+
+#include <memory>
 #include <string>
 
 #include "bindings/lua_util.h"
-#include "engine/model/gpt_config.h"
+#include "engine/comm/process_group.h"
+#include "engine/model/transformer.h"
 
 namespace me::lua {
 
-// Reads a model table (what me.model.gpt{...} returns) at stack index t; `path` names it in
-// messages. Validates: bad sizes are reported as "model.hidden must be ...".
-model::GPTConfig read_gpt_config(lua_State* L, int t, const std::string& path);
+extern const char* const kModelMeta;
+
+// A built model as Lua holds it; keeps its tensor-parallel group alive.
+struct LuaModel {
+  model::Transformer module{nullptr};
+  std::shared_ptr<comm::ProcessGroup> group;
+};
+
+// Reads a model table (what me.model.gpt{...} / me.model.llama{...} return) at stack index t,
+// starting from the defaults of its `kind`; `path` names it in messages. Validates.
+model::TransformerConfig read_model_config(lua_State* L, int t, const std::string& path);
+
+void push_model(lua_State* L, LuaModel m);
 
 }  // namespace me::lua

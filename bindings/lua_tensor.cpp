@@ -388,6 +388,34 @@ void push_nested(lua_State* L, const torch::Tensor& t) {
   }
 }
 
+// Autograd from Lua, enough to check gradients: t:requires_grad(true), loss:backward(), t:grad().
+int t_requires_grad(lua_State* L) {
+  auto& t = check_tensor(L, 1);
+  if (lua_isnoneornil(L, 2)) {
+    lua_pushboolean(L, t.requires_grad());
+    return 1;
+  }
+  t.requires_grad_(lua_toboolean(L, 2));
+  lua_settop(L, 1);
+  return 1;
+}
+int t_backward(lua_State* L) { check_tensor(L, 1).backward(); return 0; }
+int t_grad(lua_State* L) {
+  auto g = check_tensor(L, 1).grad();
+  if (g.defined()) push_tensor(L, g); else lua_pushnil(L);
+  return 1;
+}
+int t_detach(lua_State* L) { push_tensor(L, check_tensor(L, 1).detach()); return 1; }
+
+int t_randint(lua_State* L) {  // randint(low, high, {sizes}): integers in [low, high)
+  const auto lo = check_integer(L, 1), hi = check_integer(L, 2);
+  ME_CHECK(hi > lo, "randint: high (", hi, ") must be greater than low (", lo, ")");
+  int opt = 0;
+  auto sizes = read_sizes(L, 3, &opt);
+  push_tensor(L, torch::randint(lo, hi, sizes, read_options(L, opt, torch::kLong)));
+  return 1;
+}
+
 int t_totable(lua_State* L) { push_nested(L, check_tensor(L, 1).to(torch::kCPU)); return 1; }
 
 }  // namespace
@@ -403,7 +431,9 @@ void open_tensor(lua_State* L, int core) {
       {"log", wrapped<t_log>}, {"sqrt", wrapped<t_sqrt>}, {"softmax", wrapped<t_softmax>},
       {"eq", wrapped<t_compare<0>>}, {"ne", wrapped<t_compare<1>>}, {"lt", wrapped<t_compare<2>>},
       {"le", wrapped<t_compare<3>>}, {"gt", wrapped<t_compare<4>>}, {"ge", wrapped<t_compare<5>>},
-      {"allclose", wrapped<t_allclose>}, {"totable", wrapped<t_totable>}, {nullptr, nullptr}};
+      {"allclose", wrapped<t_allclose>}, {"totable", wrapped<t_totable>},
+      {"requires_grad", wrapped<t_requires_grad>}, {"backward", wrapped<t_backward>}, {"grad", wrapped<t_grad>},
+      {"detach", wrapped<t_detach>}, {nullptr, nullptr}};
   static const luaL_Reg metamethods[] = {
       {"__add", wrapped<m_add>}, {"__sub", wrapped<m_sub>}, {"__mul", wrapped<m_mul>}, {"__div", wrapped<m_div>},
       {"__pow", wrapped<m_pow>}, {"__unm", wrapped<m_unm>}, {"__eq", wrapped<m_eq>}, {"__lt", wrapped<m_lt>},
@@ -420,7 +450,7 @@ void open_tensor(lua_State* L, int core) {
   static const luaL_Reg ctors[] = {
       {"randn", wrapped<make_sized<make_randn>>}, {"rand", wrapped<make_sized<make_rand>>},
       {"zeros", wrapped<make_sized<make_zeros>>}, {"ones", wrapped<make_sized<make_ones>>},
-      {"arange", wrapped<t_arange>}, {"from", wrapped<t_from>}, {"is_tensor", wrapped<t_is_tensor>},
+      {"arange", wrapped<t_arange>}, {"from", wrapped<t_from>}, {"randint", wrapped<t_randint>}, {"is_tensor", wrapped<t_is_tensor>},
       {nullptr, nullptr}};
   lua_newtable(L);
   luaL_setfuncs(L, ctors, 0);

@@ -30,7 +30,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
   s.seed = static_cast<uint64_t>(field_integer(L, r, "seed", "recipe", static_cast<int64_t>(s.seed)));
 
   if (!push_field_table(L, r, "model", "recipe")) fail("recipe.model is missing: add model = me.model.gpt{...}");
-  s.model = read_gpt_config(L, lua_gettop(L), "model");
+  s.model = read_model_config(L, lua_gettop(L), "model");
   lua_pop(L, 1);
 
   if (!push_field_table(L, r, "data", "recipe"))
@@ -205,7 +205,7 @@ int tr_iteration(lua_State* L) { lua_pushinteger(L, check_trainer(L, 1).trainer-
 
 int tr_model(lua_State* L) {
   auto& lt = check_trainer(L, 1);
-  push_object<model::GPT>(L, "me.Model", lt.trainer->model());  // shares the module
+  push_model(L, LuaModel{lt.trainer->model(), nullptr});  // shares the module
   return 1;
 }
 

@@ -8,7 +8,8 @@ namespace me::lua {
 void open_tensor(lua_State* L, int core);  // core.tensor.*, core.manual_seed, core.cuda_available
 void open_model(lua_State* L, int core);   // core.gpt_check, core.gpt_parameters, core.build_model
 void open_train(lua_State* L, int core);   // core.trainer
-void open_comm(lua_State* L, int core);    // core.comm.*: communicator, groups, collectives
+void open_comm(lua_State* L, int core);
+void open_parallel(lua_State* L, int core);  // core.parallel.*, core.nn.*    // core.comm.*: communicator, groups, collectives
 
 extern const char* const kTensorMeta;
 

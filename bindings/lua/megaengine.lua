@@ -138,19 +138,32 @@ end
 ---------------------------------------------------------------------------------------
 
 me.model = {}
-local GPTSpec = spec_meta("gpt")
-GPTSpec.__index = {
-  build = function(self, seed) return core.build_model(self, seed) end,
-  parameter_count = function(self) return core.gpt_parameters(self) end,
-}
-local gpt_defaults = {
-  kind = "gpt", vocab = 256, seq = 128, layers = 4, hidden = 128, heads = 4,
-  ffn_hidden = 0, init_std = 0.02, tie_embeddings = true,
-}
-me.model.gpt = constructor("me.model.gpt", gpt_defaults, GPTSpec, core.gpt_check)
+local function model_meta(name)
+  local meta = spec_meta(name)
+  meta.__index = {
+    -- :build(seed) or :build{ seed =, tp = grid.tp, sequence_parallel = true }
+    build = function(self, opts) return core.build_model(self, opts) end,
+    parameter_count = function(self, tp) return core.model_parameters(self, tp) end,
+  }
+  return meta
+end
 
--- Presets: the GPT size table of the user's Megatron recipes. Each is callable with
--- overrides: me.presets.gpt["39b"]{ seq = 2048 }.
+-- Every field of the engine's TransformerConfig, with each family's defaults, so overrides
+-- (model.layers=2, model.recompute=full) can address any of them.
+local common = {
+  vocab = 256, seq = 128, layers = 4, hidden = 128, heads = 4, query_groups = 0,
+  ffn_hidden = 0, ffn_multiplier = 1.0, ffn_multiple_of = 256, vocab_divisible_by = 128,
+  norm_eps = 1e-5, rope_base = 10000.0, init_std = 0.02, recompute = "none", recompute_every = 1,
+}
+local gpt_defaults = with_defaults({ kind = "gpt", norm = "layernorm", activation = "gelu", position = "learned",
+                                     bias = true, tie_embeddings = true }, common)
+local llama_defaults = with_defaults({ kind = "llama", vocab = 32000, norm = "rmsnorm", activation = "swiglu",
+                                       position = "rope", bias = false, tie_embeddings = false }, common)
+me.model.gpt = constructor("me.model.gpt", gpt_defaults, model_meta("gpt"), core.model_check)
+me.model.llama = constructor("me.model.llama", llama_defaults, model_meta("llama"), core.model_check)
+
+-- Presets: the GPT size table of the user's Megatron recipes and LLaMA-2's published sizes.
+-- Each is callable with overrides: me.presets.gpt["39b"]{ seq = 2048 }.
 local function preset(ctor, fields)
   return setmetatable({}, {
     __call = function(_, extra)
@@ -165,8 +178,13 @@ local function preset(ctor, fields)
 end
 
 local function gpt_size(heads, hidden, layers)
-  -- Megatron's GPT-2 vocabulary (50257) padded to a multiple of 128.
-  return preset(me.model.gpt, { heads = heads, hidden = hidden, layers = layers, seq = 2048, vocab = 50304 })
+  -- GPT-2's vocabulary (50257); the model pads it to a multiple of 128 x tp as Megatron does.
+  return preset(me.model.gpt, { heads = heads, hidden = hidden, layers = layers, seq = 2048, vocab = 50257 })
+end
+local function llama_size(layers, hidden, heads, extra)
+  local t = { layers = layers, hidden = hidden, heads = heads, seq = 4096, vocab = 32000 }
+  for k, v in pairs(extra or {}) do t[k] = v end
+  return preset(me.model.llama, t)
 end
 me.presets = {
   gpt = {
@@ -176,6 +194,12 @@ me.presets = {
     ["76.1b"] = gpt_size(80, 10240, 60), ["145.6b"] = gpt_size(96, 12288, 80),
     ["310.1b"] = gpt_size(128, 16384, 96),
     tiny = preset(me.model.gpt, { heads = 4, hidden = 128, layers = 4, seq = 128, vocab = 256 }),
+  },
+  llama2 = {
+    ["7b"] = llama_size(32, 4096, 32),
+    ["13b"] = llama_size(40, 5120, 40),
+    ["70b"] = llama_size(80, 8192, 64, { query_groups = 8, ffn_multiplier = 1.3, ffn_multiple_of = 4096 }),
+    tiny = llama_size(2, 64, 4, { seq = 64, vocab = 512, query_groups = 2, ffn_multiple_of = 32 }),
   },
 }
 

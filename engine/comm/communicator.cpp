@@ -85,13 +85,17 @@ Communicator::~Communicator() {
 }
 
 std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, const std::vector<int>& ranks) {
+  // A name made again (a second grid, say) gets a fresh store prefix. Every rank counts every
+  // creation, member or not, so the suffixes agree wherever the group is joined.
+  const int64_t generation = generations_[name]++;
   if (std::find(ranks.begin(), ranks.end(), env_.rank) == ranks.end()) return nullptr;
   const std::string host = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost" ? "127.0.0.1" : hostname();
+  const std::string unique = generation == 0 ? name : cat(name, "@", generation);
   std::shared_ptr<ProcessGroup> g;
   if (backend_ == "gloo")
-    g = make_gloo_group(name, ranks, env_.rank, store_, options_.timeout, host);
+    g = make_gloo_group(unique, ranks, env_.rank, store_, options_.timeout, host);
   else
-    g = make_nccl_group(name, ranks, env_.rank, store_, options_.timeout, cuda_device_);
+    g = make_nccl_group(unique, ranks, env_.rank, store_, options_.timeout, cuda_device_);
   g->set_diagnose([this](const ProcessGroup& group, int64_t seq) { return diagnose(group, seq); });
   std::lock_guard<std::mutex> lock(groups_mutex_);
   groups_.push_back(g);

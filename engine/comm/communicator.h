@@ -75,6 +75,7 @@ class Communicator {
 
   std::mutex groups_mutex_;
   std::vector<std::weak_ptr<ProcessGroup>> groups_;
+  std::map<std::string, int64_t> generations_;  // how often each group name was made
   std::map<std::string, int64_t> published_;
   std::thread watchdog_;
   std::atomic<bool> stop_{false};

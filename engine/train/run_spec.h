@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/model/gpt_config.h"
+#include "engine/model/transformer_config.h"
 #include "engine/optim/lr_schedule.h"
 
 namespace me::train {
@@ -47,7 +47,7 @@ struct RunSpec {
   std::string name = "run";
   std::string device = "cpu";
   uint64_t seed = 1234;
-  model::GPTConfig model;
+  model::TransformerConfig model;
   DataSpec data;
   OptimSpec optim;
   optim::LRSchedule schedule;  // decay 0 means "train.iters"

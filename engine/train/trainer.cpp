@@ -48,7 +48,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   if (sched.decay == 0) sched.decay = t.iters;
   sched.validate();
 
-  model_ = model::GPT(spec_.model);
+  model_ = model::Transformer(spec_.model);
   model_->reset_parameters(spec_.seed);
   model_->to(device_);
   params_ = model_->parameters();
@@ -113,7 +113,7 @@ void Trainer::log_line(const LogRecord& r) const {
 
 Summary Trainer::run() {
   const auto& t = spec_.train;
-  log::info("training ", spec_.name, ": ", spec_.model.describe(), ", ", model_->parameter_count(), " parameters on ",
+  log::info("training ", spec_.name, ": ", spec_.model.describe(), ", ", model_->local_parameter_count(), " parameters on ",
             spec_.device, "; ", data_->train_tokens(), " train / ", data_->valid_tokens(), " validation tokens");
   Summary s;
   double window_loss = 0, window_ms = 0;

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "engine/data/byte_text.h"
-#include "engine/model/gpt.h"
+#include "engine/model/transformer.h"
 #include "engine/optim/adamw.h"
 #include "engine/train/run_spec.h"
 
@@ -37,7 +37,7 @@ class Trainer {
   Summary run();       // steps until train.iters, logging and evaluating on the way
   std::string sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature);
 
-  model::GPT& model() { return model_; }
+  model::Transformer& model() { return model_; }
   const RunSpec& spec() const { return spec_; }
   int64_t iteration() const { return iteration_; }
   void set_on_log(std::function<void(const LogRecord&)> hook) { spec_.on_log = std::move(hook); }
@@ -48,7 +48,7 @@ class Trainer {
   RunSpec spec_;
   torch::Device device_;
   std::unique_ptr<data::ByteTextDataset> data_;
-  model::GPT model_{nullptr};
+  model::Transformer model_{nullptr};
   std::unique_ptr<optim::AdamW> optimizer_;
   std::vector<torch::Tensor> params_;
   std::mt19937_64 rng_;

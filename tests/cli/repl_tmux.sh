@@ -34,7 +34,7 @@ wait_for "line 300"
 send 'me.model.gpt { layers = 2, hidden = 64 }'
 wait_for "layers = 2,"
 send 'me.model.gpt { layers = 1, hidden = 16, heads = 2, seq = 8, vocab = 50 }:build(1)'
-wait_for "total parameters: "
+wait_for "in the model"
 send 'me.tensor.ones{2}:matmul("oops")'
 wait_for "bad argument #1 to 'matmul' (tensor expected, got string)"
 send 'x'

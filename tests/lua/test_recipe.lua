@@ -32,16 +32,22 @@ expect_error(function() me.apply_overrides(r, { "batch.mikro=3" }) end, "valid k
 local spec = me.model.gpt { layers = 3, hidden = 48, heads = 6, seq = 20, vocab = 100 }
 local model = spec:build(1)
 assert(model:parameter_count() == spec:parameter_count())
-local h, f, L, V, S = 48, 192, 3, 100, 20
+local h, f, L, V, S = 48, 192, 3, 128, 20  -- vocab 100 padded to a multiple of 128
 assert(spec:parameter_count() == V * h + S * h + L * (4 * h * h + 2 * h * f + 9 * h + f) + 2 * h)
 local printed = tostring(model)
-assert(printed:find("blocks") and printed:find("%(3x%)") and printed:find("total parameters"), printed)
+assert(printed:find("blocks") and printed:find("%(3x%)") and printed:find("in the model"), printed)
 
 -- presets: the seed's GPT size table
 local p39 = me.presets.gpt["39b"] {}
 assert(p39.layers == 48 and p39.hidden == 8192 and p39.heads == 64)
 local billions = p39:parameter_count() / 1e9
 assert(math.abs(billions - 39.1) < 0.05, "gpt 39b preset has " .. billions .. "B parameters")
+-- LLaMA-2: 70B within 0.5% of 68.98B, 7B of 6.74B, 13B of 13.0B
+for name, expected in pairs { ["70b"] = 68.98e9, ["7b"] = 6.74e9, ["13b"] = 13.0e9 } do
+  local n = me.presets.llama2[name]{}:parameter_count()
+  assert(math.abs(n / expected - 1) < 0.005, ("llama2 %s preset has %d parameters"):format(name, n))
+end
+assert(me.presets.llama2["70b"]{}.query_groups == 8)
 
 -- bad model sizes fail with the field named
 expect_error(function() me.model.gpt { hidden = -4 } end, "model.hidden must be a positive integer, got -4")
@@ -51,6 +57,6 @@ expect_error(function() me.model.gpt { layer = 2 } end, "me.model.gpt has no fie
 -- a forward pass from Lua
 local tokens = me.tensor { { 1, 2, 3, 4 } }
 local logits = model:forward(tokens)
-assert(logits:size(1) == 1 and logits:size(2) == 4 and logits:size(3) == 100)
+assert(logits:size(1) == 1 and logits:size(2) == 4 and logits:size(3) == 128, "logits cover the padded vocabulary")
 print(me.pretty(r))
 print("test_recipe: all checks passed")

@@ -2,65 +2,109 @@
 
 #include <cmath>
 
-#include "engine/model/gpt.h"
+#include "engine/model/transformer.h"
 
-using me::model::GPT;
-using me::model::GPTConfig;
+using me::model::Transformer;
+using me::model::TransformerConfig;
 
 namespace {
-GPTConfig tiny() {
-  GPTConfig c;
+TransformerConfig tiny_gpt() {
+  auto c = TransformerConfig::gpt();
   c.vocab = 97;
+  c.vocab_divisible_by = 1;
   c.seq = 24;
   c.layers = 3;
   c.hidden = 32;
   c.heads = 4;
   return c;
 }
+TransformerConfig tiny_llama() {
+  auto c = TransformerConfig::llama();
+  c.vocab = 97;
+  c.vocab_divisible_by = 1;
+  c.seq = 24;
+  c.layers = 2;
+  c.hidden = 32;
+  c.heads = 4;
+  c.query_groups = 2;
+  c.ffn_multiple_of = 16;
+  return c;
+}
 }  // namespace
 
-TEST_CASE("GPT parameter count: the formula equals the module", "[model]") {
-  for (bool tied : {true, false}) {
-    for (int64_t ffn : {int64_t{0}, int64_t{50}}) {
-      auto c = tiny();
+TEST_CASE("parameter count: the formula equals the module", "[model]") {
+  for (auto c : {tiny_gpt(), tiny_llama()}) {
+    for (bool tied : {true, false}) {
       c.tie_embeddings = tied;
-      c.ffn_hidden = ffn;
-      GPT m(c);
-      CHECK(m->parameter_count() == c.parameter_count());
+      Transformer m(c);
+      INFO(c.describe() << (tied ? " tied" : " untied"));
+      CHECK(m->local_parameter_count() == c.parameter_count());
     }
   }
-  auto c = tiny();
+  auto c = tiny_gpt();
   const int64_t h = 32, f = 128, L = 3, V = 97, S = 24;
   CHECK(c.parameter_count() == V * h + S * h + L * (4 * h * h + 2 * h * f + 9 * h + f) + 2 * h);
 }
 
-TEST_CASE("GPT forward shapes and the initial loss", "[model]") {
-  GPT m(tiny());
-  m->reset_parameters(3);
-  auto tokens = torch::randint(0, 97, {2, 24}, torch::kLong);
-  auto logits = m->forward(tokens);
-  REQUIRE(logits.sizes() == torch::IntArrayRef({2, 24, 97}));
-  // Small init: predictions start near uniform, loss near ln(vocab).
-  const double loss = m->loss(tokens, torch::randint(0, 97, {2, 24}, torch::kLong)).item<double>();
-  CHECK(std::abs(loss - std::log(97.0)) < 0.3);
-  // Shorter sequences are fine; longer ones are a clear error.
-  CHECK(m->forward(tokens.narrow(1, 0, 5)).size(1) == 5);
-  CHECK_THROWS_WITH(m->forward(torch::zeros({1, 25}, torch::kLong)), Catch::Contains("longer than model.seq = 24"));
+TEST_CASE("LLaMA sizes: the FFN rule and the published parameter counts", "[model]") {
+  auto llama = [](int64_t layers, int64_t hidden, int64_t heads, int64_t groups, double mult, int64_t multiple_of) {
+    auto c = TransformerConfig::llama();
+    c.layers = layers;
+    c.hidden = hidden;
+    c.heads = heads;
+    c.query_groups = groups;
+    c.ffn_multiplier = mult;
+    c.ffn_multiple_of = multiple_of;
+    c.seq = 4096;
+    return c;
+  };
+  auto b7 = llama(32, 4096, 32, 0, 1.0, 256), b13 = llama(40, 5120, 40, 0, 1.0, 256),
+       b70 = llama(80, 8192, 64, 8, 1.3, 4096);
+  CHECK(b7.ffn() == 11008);
+  CHECK(b13.ffn() == 13824);
+  CHECK(b70.ffn() == 28672);
+  CHECK(std::abs(b7.parameter_count() / 6.74e9 - 1.0) < 0.005);
+  CHECK(std::abs(b13.parameter_count() / 13.0e9 - 1.0) < 0.005);
+  CHECK(std::abs(b70.parameter_count() / 68.98e9 - 1.0) < 0.005);
 }
 
-TEST_CASE("GPT attention is causal: a later token does not change earlier logits", "[model]") {
-  GPT m(tiny());
-  m->reset_parameters(5);
-  auto a = torch::randint(0, 97, {1, 10}, torch::kLong);
-  auto b = a.clone();
-  b[0][9] = (a[0][9].item<int64_t>() + 1) % 97;
-  auto la = m->forward(a), lb = m->forward(b);
-  CHECK(torch::allclose(la.narrow(1, 0, 9), lb.narrow(1, 0, 9), 1e-5, 1e-6));
-  CHECK_FALSE(torch::allclose(la.narrow(1, 9, 1), lb.narrow(1, 9, 1)));
+TEST_CASE("the vocabulary is padded to a multiple of 128 x tp, as Megatron does", "[model]") {
+  auto c = TransformerConfig::gpt();
+  c.vocab = 50257;
+  CHECK(c.padded_vocab(1) == 50304);
+  CHECK(c.padded_vocab(2) == 50432);
+  CHECK(c.padded_vocab(4) == 50688);
 }
 
-TEST_CASE("GPT init depends on the seed alone", "[model]") {
-  GPT a(tiny()), b(tiny()), c(tiny());
+TEST_CASE("forward shapes and the initial loss", "[model]") {
+  for (auto c : {tiny_gpt(), tiny_llama()}) {
+    Transformer m(c);
+    m->reset_parameters(3);
+    auto tokens = torch::randint(0, 97, {2, 24}, torch::kLong);
+    auto logits = m->forward(tokens);
+    REQUIRE(logits.sizes() == torch::IntArrayRef({2, 24, 97}));
+    // Small init: predictions start near uniform, loss near ln(vocab).
+    const double loss = m->loss(tokens, torch::randint(0, 97, {2, 24}, torch::kLong)).item<double>();
+    CHECK(std::abs(loss - std::log(97.0)) < 0.3);
+    CHECK_THROWS_WITH(m->forward(torch::zeros({1, 25}, torch::kLong)), Catch::Contains("longer than model.seq = 24"));
+  }
+}
+
+TEST_CASE("attention is causal: a later token does not change earlier logits", "[model]") {
+  for (auto c : {tiny_gpt(), tiny_llama()}) {
+    Transformer m(c);
+    m->reset_parameters(5);
+    auto a = torch::randint(0, 97, {1, 10}, torch::kLong);
+    auto b = a.clone();
+    b[0][9] = (a[0][9].item<int64_t>() + 1) % 97;
+    auto la = m->forward(a), lb = m->forward(b);
+    CHECK(torch::allclose(la.narrow(1, 0, 9), lb.narrow(1, 0, 9), 1e-5, 1e-6));
+    CHECK_FALSE(torch::allclose(la.narrow(1, 9, 1), lb.narrow(1, 9, 1)));
+  }
+}
+
+TEST_CASE("init depends on the seed alone; norms start at one, biases at zero", "[model]") {
+  Transformer a(tiny_gpt()), b(tiny_gpt()), c(tiny_gpt());
   a->reset_parameters(11);
   b->reset_parameters(11);
   c->reset_parameters(12);
@@ -72,28 +116,89 @@ TEST_CASE("GPT init depends on the seed alone", "[model]") {
   }
   CHECK(all_equal);
   CHECK(any_differs);
-  // LayerNorm weights start at one, biases at zero.
   for (const auto& p : a->named_parameters()) {
-    if (p.key().find("ln") != std::string::npos && p.key().find("weight") != std::string::npos)
+    if (p.key().find("norm") != std::string::npos && p.key().find("weight") != std::string::npos)
       CHECK(p.value().eq(1).all().item<bool>());
     if (p.key().find("bias") != std::string::npos) CHECK(p.value().eq(0).all().item<bool>());
   }
 }
 
-TEST_CASE("GPT config validation names the field", "[model]") {
-  auto c = tiny();
+TEST_CASE("config validation names the field", "[model]") {
+  auto c = tiny_gpt();
   c.hidden = 0;
   CHECK_THROWS_WITH(c.validate(), "model.hidden must be a positive integer, got 0");
-  c = tiny();
-  c.layers = -1;
-  CHECK_THROWS_WITH(c.validate(), "model.layers must be a positive integer, got -1");
-  c = tiny();
+  c = tiny_gpt();
   c.heads = 5;
   CHECK_THROWS_WITH(c.validate(), "model.hidden (32) must be divisible by model.heads (5)");
+  c = tiny_llama();
+  CHECK_THROWS_WITH(c.validate("model", 4), Catch::Contains("model.query_groups (2) is not divisible by tp (4)"));
+  c.query_groups = 3;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("model.heads (4) must be divisible by model.query_groups (3)"));
+  c = tiny_gpt();
+  c.seq = 10;
+  CHECK_THROWS_WITH(c.validate("model", 4, true), Catch::Contains("model.seq (10) is not divisible by tp (4)"));
+}
+
+TEST_CASE("RoPE rotates each pair by position x base^(-2i/d)", "[model]") {
+  const int64_t d = 6, s = 5;
+  me::parallel::Rotary rope(d, 16, 10000.0);
+  auto x = torch::randn({1, 1, s, d});
+  auto y = rope.apply(x);
+  for (int64_t p = 0; p < s; ++p) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double theta = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / d);
+      const double x1 = x[0][0][p][i].item<double>(), x2 = x[0][0][p][i + d / 2].item<double>();
+      CHECK(y[0][0][p][i].item<double>() == Approx(x1 * std::cos(theta) - x2 * std::sin(theta)).margin(1e-5));
+      CHECK(y[0][0][p][i + d / 2].item<double>() == Approx(x2 * std::cos(theta) + x1 * std::sin(theta)).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("vocab-parallel cross entropy (tp = 1) equals LibTorch's, ignored positions included", "[model]") {
+  auto logits = torch::randn({2, 5, 11}, torch::requires_grad());
+  auto labels = torch::randint(0, 11, {2, 5}, torch::kLong);
+  labels[0][1] = -100;
+  labels[1][4] = -100;
+  auto ours = me::parallel::vocab_parallel_cross_entropy(logits, labels, {});
+  auto ref_logits = logits.detach().clone().requires_grad_(true);
+  auto ref = torch::nn::functional::cross_entropy(ref_logits.reshape({-1, 11}), labels.reshape({-1}));
+  CHECK(ours.item<double>() == Approx(ref.item<double>()).epsilon(1e-6));
+  ours.backward();
+  ref.backward();
+  CHECK(torch::allclose(logits.grad(), ref_logits.grad(), 1e-5, 1e-7));
+  CHECK(logits.grad()[0][1].abs().sum().item<double>() == 0.0);  // an ignored position gets no gradient
+}
+
+TEST_CASE("recomputation (selective, full, every 2nd layer) gives identical gradients", "[model]") {
+  auto grads = [](TransformerConfig c) {
+    Transformer m(c);
+    m->reset_parameters(9);
+    torch::manual_seed(4);
+    auto tokens = torch::randint(0, 97, {2, 24}, torch::kLong);
+    auto labels = torch::randint(0, 97, {2, 24}, torch::kLong);
+    m->loss(tokens, labels).backward();
+    std::vector<torch::Tensor> g;
+    for (auto& p : m->parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  for (auto base : {tiny_gpt(), tiny_llama()}) {
+    const auto reference = grads(base);
+    for (auto [mode, every] : {std::pair<const char*, int64_t>{"selective", 1}, {"full", 1}, {"full", 2}}) {
+      auto c = base;
+      c.recompute = mode;
+      c.recompute_every = every;
+      const auto g = grads(c);
+      REQUIRE(g.size() == reference.size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        INFO(c.describe() << " recompute " << mode << " every " << every << ", parameter " << i);
+        CHECK(torch::equal(g[i], reference[i]));
+      }
+    }
+  }
 }
 
 TEST_CASE("generate extends the prompt and is deterministic for a seed", "[model]") {
-  GPT m(tiny());
+  Transformer m(tiny_llama());
   auto a = me::model::generate(m, {1, 2, 3}, 10, 5, 1.0, 42);
   auto b = me::model::generate(m, {1, 2, 3}, 10, 5, 1.0, 42);
   REQUIRE(a.size() == 13);

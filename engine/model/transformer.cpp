@@ -1,0 +1,343 @@
+#include "engine/model/transformer.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/core/torch_compat.h"
+#include "engine/parallel/mappings.h"
+
+namespace me::model {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// Activation recomputation: run the wrapped function without keeping its activations, and
+// again (with grad) during backward. The function belongs to a module that outlives the
+// graph; it travels through saved_data as an address because IValue cannot hold it.
+using Fn1 = std::function<torch::Tensor(const torch::Tensor&)>;
+using Fn3 = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+
+struct Recompute1 : public torch::autograd::Function<Recompute1> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t fn) {
+    ctx->saved_data["fn"] = fn;
+    ctx->save_for_backward({x});
+    return (*reinterpret_cast<Fn1*>(fn))(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = (*reinterpret_cast<Fn1*>(ctx->saved_data["fn"].toInt()))(x);
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), torch::Tensor()};
+  }
+};
+
+struct Recompute3 : public torch::autograd::Function<Recompute3> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
+                               const torch::Tensor& c, int64_t fn) {
+    ctx->saved_data["fn"] = fn;
+    ctx->save_for_backward({a, b, c});
+    return (*reinterpret_cast<Fn3*>(fn))(a, b, c);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    std::vector<torch::Tensor> in;
+    for (auto& s : saved) in.push_back(s.detach().requires_grad_(true));
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = (*reinterpret_cast<Fn3*>(ctx->saved_data["fn"].toInt()))(in[0], in[1], in[2]);
+    }
+    // The attention core has no parameters: take the input gradients as autograd makes them
+    // (a leaf's .grad() would be re-laid out, and later sums would round differently).
+    auto g = torch::autograd::grad({y}, {in[0], in[1], in[2]}, {grads[0]});
+    return {g[0], g[1], g[2], torch::Tensor()};
+  }
+};
+
+uint64_t mix(uint64_t seed, const std::string& name) {  // FNV-1a of the name, then the seed
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
+  return h ^ (seed * 0x9e3779b97f4a7c15ULL);
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const TransformerConfig& c, TensorParallel tp, std::shared_ptr<parallel::Rotary> rope)
+    : heads_(c.heads / tp.size()),
+      groups_(c.groups() / tp.size()),
+      head_dim_(c.head_dim()),
+      selective_recompute_(c.recompute == "selective"),
+      rope_(std::move(rope)) {
+  const int64_t d = c.head_dim();
+  q_ = register_module("q", parallel::ColumnParallelLinear(c.hidden, c.heads * d, c.bias, tp));
+  k_ = register_module("k", parallel::ColumnParallelLinear(c.hidden, c.groups() * d, c.bias, tp));
+  v_ = register_module("v", parallel::ColumnParallelLinear(c.hidden, c.groups() * d, c.bias, tp));
+  proj_ = register_module("proj", parallel::RowParallelLinear(c.heads * d, c.hidden, c.bias, tp));
+  core_fn_ = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) { return core(q, k, v); };
+}
+
+torch::Tensor AttentionImpl::core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  // Grouped-query attention: each key/value head serves heads / groups query heads.
+  const int64_t rep = heads_ / groups_;
+  auto kk = rep > 1 ? k.repeat_interleave(rep, 1) : k;
+  auto vv = rep > 1 ? v.repeat_interleave(rep, 1) : v;
+  return compat::causal_attention(q, kk, vv);
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  auto split = [&](const torch::Tensor& t, int64_t n) {  // [b, s, n*d] -> [b, n, s, d]
+    return t.view({t.size(0), t.size(1), n, head_dim_}).transpose(1, 2);
+  };
+  auto q = split(q_->forward(x), heads_), k = split(k_->forward(x), groups_), v = split(v_->forward(x), groups_);
+  if (rope_) {
+    q = rope_->apply(q);
+    k = rope_->apply(k);
+  }
+  auto y = selective_recompute_ && q.requires_grad()
+               ? Recompute3::apply(q, k, v, reinterpret_cast<int64_t>(&core_fn_))
+               : core(q, k, v);
+  y = y.transpose(1, 2).reshape({y.size(0), y.size(2), heads_ * head_dim_});
+  return proj_->forward(y);
+}
+
+MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp) : swiglu_(c.activation == "swiglu") {
+  if (swiglu_) {
+    gate_ = register_module("gate", parallel::ColumnParallelLinear(c.hidden, c.ffn(), c.bias, tp));
+    up_ = register_module("up", parallel::ColumnParallelLinear(c.hidden, c.ffn(), c.bias, tp));
+    down_ = register_module("down", parallel::RowParallelLinear(c.ffn(), c.hidden, c.bias, tp));
+  } else {
+    fc1_ = register_module("fc1", parallel::ColumnParallelLinear(c.hidden, c.ffn(), c.bias, tp));
+    fc2_ = register_module("fc2", parallel::RowParallelLinear(c.ffn(), c.hidden, c.bias, tp));
+  }
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (swiglu_) return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+  // tanh-approximated GeLU, as GPT-2 and Megatron's bias-gelu use.
+  return fc2_->forward(torch::gelu(fc1_->forward(x), "tanh"));
+}
+
+BlockImpl::BlockImpl(const TransformerConfig& c, TensorParallel tp, std::shared_ptr<parallel::Rotary> rope, bool recompute)
+    : recompute_(recompute) {
+  if (c.norm == "rmsnorm") {
+    rms1_ = register_module("norm1", parallel::RMSNorm(c.hidden, c.norm_eps));
+  } else {
+    ln1_ = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)));
+  }
+  attn_ = register_module("attn", Attention(c, tp, rope));
+  if (c.norm == "rmsnorm") {
+    rms2_ = register_module("norm2", parallel::RMSNorm(c.hidden, c.norm_eps));
+  } else {
+    ln2_ = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)));
+  }
+  mlp_ = register_module("mlp", MLP(c, tp));
+  body_fn_ = [this](const torch::Tensor& x) { return body(x); };
+}
+
+torch::Tensor BlockImpl::norm(int which, const torch::Tensor& x) {
+  if (which == 1) return rms1_ ? rms1_->forward(x) : ln1_->forward(x);
+  return rms2_ ? rms2_->forward(x) : ln2_->forward(x);
+}
+
+torch::Tensor BlockImpl::body(const torch::Tensor& x) {
+  auto h = x + attn_->forward(norm(1, x));
+  return h + mlp_->forward(norm(2, h));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  if (recompute_ && x.requires_grad()) return Recompute1::apply(x, reinterpret_cast<int64_t>(&body_fn_));
+  return body(x);
+}
+
+TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp) : cfg_(cfg), tp_(tp) {
+  cfg_.validate("model", tp.size(), tp.sequence_parallel);
+  const int64_t vocab = cfg_.padded_vocab(tp.size());
+  embedding_ = register_module("embedding", parallel::VocabParallelEmbedding(vocab, cfg_.hidden, tp));
+  if (cfg_.position == "learned") position_ = register_module("position", torch::nn::Embedding(cfg_.seq, cfg_.hidden));
+  std::shared_ptr<parallel::Rotary> rope;
+  if (cfg_.position == "rope") rope = std::make_shared<parallel::Rotary>(cfg_.head_dim(), cfg_.seq, cfg_.rope_base);
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg_.layers; ++i) {
+    const bool recompute = cfg_.recompute == "full" && i % cfg_.recompute_every == 0;
+    blocks_->push_back(Block(cfg_, tp, rope, recompute));
+  }
+  if (cfg_.norm == "rmsnorm") {
+    final_rms_ = register_module("final_norm", parallel::RMSNorm(cfg_.hidden, cfg_.norm_eps));
+  } else {
+    final_ln_ = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg_.hidden}).eps(cfg_.norm_eps)));
+  }
+  if (!cfg_.tie_embeddings)
+    output_ = register_module("output", parallel::ColumnParallelLinear(cfg_.hidden, vocab, false, tp));
+
+  // Shard map: parallel layers say how they are cut; everything else is replicated, and
+  // under sequence parallelism the replicated weights of norms and row biases see only
+  // this rank's positions.
+  for (const auto& m : named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    std::vector<std::pair<std::string, parallel::ShardInfo>> s;
+    if (auto* c = m.value()->as<parallel::ColumnParallelLinearImpl>()) s = c->shards();
+    if (auto* r = m.value()->as<parallel::RowParallelLinearImpl>()) s = r->shards();
+    if (auto* e = m.value()->as<parallel::VocabParallelEmbeddingImpl>()) s = e->shards();
+    for (auto& [name, info] : s) shards_[m.key().empty() ? name : m.key() + "." + name] = info;
+  }
+  for (const auto& p : named_parameters()) {
+    if (shards_.count(p.key())) continue;
+    const bool norm = p.key().find("norm") != std::string::npos;
+    shards_[p.key()] = {p.value().sizes().vec(), -1, norm && tp.sequence_parallel && tp.active()};
+  }
+  reset_parameters(0);
+}
+
+void TransformerImpl::reset_parameters(uint64_t seed) {
+  const double out_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.layers));
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    const auto& info = shards_.at(name);
+    torch::Tensor full;
+    if (ends_with(name, "bias")) {
+      full = torch::zeros(info.full_shape);
+    } else if (name.find("norm") != std::string::npos) {
+      full = torch::ones(info.full_shape);
+    } else {
+      auto gen = at::detail::createCPUGenerator(mix(seed, name));
+      const bool residual_out = ends_with(name, "proj.weight") || ends_with(name, "fc2.weight") || ends_with(name, "down.weight");
+      full = torch::empty(info.full_shape).normal_(0.0, residual_out ? out_std : cfg_.init_std, gen);
+    }
+    auto local = info.dim < 0 ? full : parallel::slice_dim(full, info.dim, tp_.rank(), tp_.size());
+    p.value().copy_(local);
+  }
+}
+
+torch::Tensor TransformerImpl::hidden_states(const torch::Tensor& tokens) {
+  ME_CHECK(tokens.dim() == 2, "the model expects tokens of shape [batch, seq], got ", tokens.sizes());
+  const auto s = tokens.size(1);
+  ME_CHECK(s <= cfg_.seq, "a sequence of ", s, " tokens is longer than model.seq = ", cfg_.seq);
+  auto x = embedding_->forward(tokens);  // [b, s / tp, h] under sequence parallelism
+  if (position_) {
+    auto pos = position_->forward(torch::arange(s, torch::TensorOptions().dtype(torch::kLong).device(tokens.device())));
+    pos = pos.unsqueeze(0);
+    x = x + (tp_.sequence_parallel ? parallel::scatter_seq(pos, tp_) : pos);
+  }
+  for (const auto& block : *blocks_) x = block->as<Block>()->forward(x);
+  return final_rms_ ? final_rms_->forward(x) : final_ln_->forward(x);
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+  auto x = hidden_states(tokens);
+  // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
+  return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);
+}
+
+torch::Tensor TransformerImpl::full_logits(const torch::Tensor& tokens) { return parallel::gather_last(forward(tokens), tp_); }
+
+torch::Tensor TransformerImpl::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {
+  return parallel::vocab_parallel_cross_entropy(forward(tokens), labels, tp_);
+}
+
+int64_t TransformerImpl::local_parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+void TransformerImpl::finalize_sequence_parallel_grads() {
+  if (!tp_.active() || !tp_.sequence_parallel) return;
+  for (auto& p : named_parameters()) {
+    if (!shards_.at(p.key()).sequence_parallel_grad || !p.value().grad().defined()) continue;
+    auto& g = p.value().mutable_grad();
+    tp_.group->all_reduce(g, comm::ReduceOp::sum);
+  }
+}
+
+namespace {
+
+std::string shape_string(const torch::Tensor& t) {
+  std::ostringstream os;
+  os << "[";
+  for (int64_t i = 0; i < t.dim(); ++i) os << (i ? ", " : "") << t.size(i);
+  os << "]";
+  return os.str();
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+int64_t count(const torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+void describe_into(std::ostringstream& os, const std::string& name, const torch::nn::Module& m, int depth) {
+  os << std::string(static_cast<size_t>(2 * depth), ' ') << (name.empty() ? "" : name + ": ") << m.name();
+  for (const auto& p : m.named_parameters(/*recurse=*/false)) os << "  " << p.key() << " " << shape_string(p.value());
+  os << "  (" << with_commas(count(m)) << ")\n";
+  const auto children = m.named_children();
+  // Identical layers (48 of them...) print once, with their multiplicity.
+  for (size_t i = 0; i < children.size();) {
+    size_t j = i + 1;
+    while (j < children.size() && children[j].value()->name() == children[i].value()->name() &&
+           count(*children[j].value()) == count(*children[i].value()))
+      ++j;
+    const std::string label =
+        j - i > 1 ? cat(children[i].key(), "..", children[j - 1].key(), " (", j - i, "x)") : children[i].key();
+    describe_into(os, label, *children[i].value(), depth + 1);
+    i = j;
+  }
+}
+
+}  // namespace
+
+std::string describe_model(const TransformerImpl& model) {
+  std::ostringstream os;
+  const auto& tp = model.tensor_parallel();
+  os << model.config().describe() << ", tp " << tp.size() << (tp.sequence_parallel ? " with sequence parallelism" : "")
+     << "\n";
+  describe_into(os, "", model, 0);
+  os << "parameters: " << with_commas(model.config().parameter_count(tp.size())) << " in the model, "
+     << with_commas(model.local_parameter_count()) << " on this rank (shapes above are this rank's)";
+  return os.str();
+}
+
+std::vector<int64_t> generate(Transformer& model, std::vector<int64_t> tokens, int64_t count, int64_t top_k,
+                              double temperature, uint64_t seed) {
+  ME_CHECK(!tokens.empty(), "generate: the prompt must hold at least one token");
+  ME_CHECK(top_k >= 1, "generate: top_k must be >= 1, got ", top_k);
+  ME_CHECK(temperature > 0, "generate: temperature must be > 0, got ", temperature);
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  auto gen = at::detail::createCPUGenerator(seed);
+  const auto device = model->parameters().front().device();
+  const int64_t ctx = model->config().seq, vocab = model->config().vocab;
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t start = tokens.size() > static_cast<size_t>(ctx) ? tokens.size() - static_cast<size_t>(ctx) : 0;
+    std::vector<int64_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
+    auto input = torch::tensor(window, torch::kLong).view({1, -1}).to(device);
+    // Padded vocabulary entries are not tokens: sample among the real ones only.
+    auto logits = model->full_logits(input).select(1, -1).squeeze(0).narrow(0, 0, vocab);
+    logits = logits.to(torch::kCPU, torch::kFloat) / temperature;
+    auto top = logits.topk(std::min<int64_t>(top_k, vocab));
+    auto probs = torch::softmax(std::get<0>(top), -1);
+    const int64_t pick = torch::multinomial(probs, 1, /*replacement=*/false, gen).item<int64_t>();
+    tokens.push_back(std::get<1>(top)[pick].item<int64_t>());
+  }
+  if (was_training) model->train();
+  return tokens;
+}
+
+}  // namespace me::model

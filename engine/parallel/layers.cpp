@@ -1,0 +1,166 @@
+#include "engine/parallel/layers.h"
+
+#include "engine/core/error.h"
+#include "engine/parallel/mappings.h"
+
+namespace me::parallel {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+int64_t divide(int64_t n, int64_t parts, const char* what) {
+  ME_CHECK(n % parts == 0, what, " (", n, ") is not divisible by the tensor-parallel size ", parts);
+  return n / parts;
+}
+}  // namespace
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias, TensorParallel tp,
+                                                   bool gather_output)
+    : in_(in), out_(out), tp_(tp), gather_output_(gather_output) {
+  const int64_t local = divide(out, tp.size(), "output features of a column-parallel layer");
+  weight = register_parameter("weight", torch::empty({local, in}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({local}));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) { return forward_with(x, weight); }
+
+torch::Tensor ColumnParallelLinearImpl::forward_with(const torch::Tensor& x, const torch::Tensor& w) {
+  auto input = tp_.sequence_parallel ? gather_seq(x, tp_) : copy_to_tp(x, tp_);
+  auto y = torch::nn::functional::linear(input, w, bias.defined() ? bias : torch::Tensor());
+  return gather_output_ ? gather_last(y, tp_) : y;
+}
+
+torch::Tensor parallel_lm_logits(const torch::Tensor& x, const torch::Tensor& weight, const TensorParallel& tp) {
+  auto input = tp.sequence_parallel ? gather_seq(x, tp) : copy_to_tp(x, tp);
+  return torch::nn::functional::linear(input, weight);
+}
+
+std::vector<std::pair<std::string, ShardInfo>> ColumnParallelLinearImpl::shards() const {
+  std::vector<std::pair<std::string, ShardInfo>> s{{"weight", {{out_, in_}, 0, false}}};
+  if (bias.defined()) s.push_back({"bias", {{out_}, 0, false}});
+  return s;
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias, TensorParallel tp)
+    : in_(in), out_(out), tp_(tp) {
+  const int64_t local = divide(in, tp.size(), "input features of a row-parallel layer");
+  weight = register_parameter("weight", torch::empty({out, local}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  auto partial = torch::nn::functional::linear(x, weight);
+  auto y = tp_.sequence_parallel ? reduce_scatter_seq(partial, tp_) : reduce_from_tp(partial, tp_);
+  return bias.defined() ? y + bias : y;
+}
+
+std::vector<std::pair<std::string, ShardInfo>> RowParallelLinearImpl::shards() const {
+  std::vector<std::pair<std::string, ShardInfo>> s{{"weight", {{out_, in_}, 1, false}}};
+  if (bias.defined()) s.push_back({"bias", {{out_}, -1, tp_.sequence_parallel && tp_.active()}});
+  return s;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp)
+    : vocab_(vocab), hidden_(hidden), tp_(tp) {
+  local_ = divide(vocab, tp.size(), "the padded vocabulary");
+  start_ = local_ * tp.rank();
+  weight = register_parameter("weight", torch::empty({local_, hidden}));
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
+  if (!tp_.active()) return torch::embedding(weight, tokens);
+  // Ids outside this rank's range look up row 0 and are zeroed: the all-reduce then sums
+  // exactly one real row per id.
+  auto outside = (tokens < start_) | (tokens >= start_ + local_);
+  auto local_ids = (tokens - start_).masked_fill(outside, 0);
+  auto partial = torch::embedding(weight, local_ids).masked_fill(outside.unsqueeze(-1), 0.0);
+  return tp_.sequence_parallel ? reduce_scatter_seq(partial, tp_) : reduce_from_tp(partial, tp_);
+}
+
+std::vector<std::pair<std::string, ShardInfo>> VocabParallelEmbeddingImpl::shards() const {
+  return {{"weight", {{vocab_, hidden_}, 0, false}}};
+}
+
+RMSNormImpl::RMSNormImpl(int64_t hidden, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({hidden}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto xf = x.to(torch::kFloat);
+  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return (y * weight.to(torch::kFloat)).to(x.scalar_type());
+}
+
+namespace {
+
+// Loss per position from vocabulary-split logits, with its own backward so the full
+// softmax is never materialised: grad = (softmax - onehot(label)) * grad_out, per shard.
+struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
+                               int64_t group, int64_t ignore_index) {
+    auto* g = reinterpret_cast<comm::ProcessGroup*>(group);
+    const int64_t local = logits.size(-1);
+    const int64_t start = g ? local * g->rank() : 0;
+    auto x = logits.to(torch::kFloat);
+    auto max = std::get<0>(x.max(-1));
+    if (g) g->all_reduce(max, comm::ReduceOp::max);
+    auto shifted = x - max.unsqueeze(-1);
+    auto in_range = (labels >= start) & (labels < start + local);
+    auto local_label = (labels - start).masked_fill(~in_range, 0);
+    auto target = shifted.gather(-1, local_label.unsqueeze(-1)).squeeze(-1).masked_fill(~in_range, 0.0);
+    auto exp = shifted.exp();
+    auto sum_exp = exp.sum(-1);
+    if (g) {
+      g->all_reduce(target, comm::ReduceOp::sum);
+      g->all_reduce(sum_exp, comm::ReduceOp::sum);
+    }
+    auto loss = sum_exp.log() - target;
+    auto counted = labels != ignore_index;
+    loss = loss.masked_fill(~counted, 0.0);
+    auto softmax = exp / sum_exp.unsqueeze(-1);
+    ctx->save_for_backward({softmax, local_label, in_range & counted, counted});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto grad = saved[0].clone();
+    const auto& local_label = saved[1];
+    const auto& hit = saved[2];
+    const auto& counted = saved[3];
+    grad.scatter_add_(-1, local_label.unsqueeze(-1), -hit.to(grad.dtype()).unsqueeze(-1));
+    grad.mul_((grads[0] * counted.to(grads[0].dtype())).unsqueeze(-1));
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
+                                           const TensorParallel& tp, int64_t ignore_index) {
+  auto per_token = VocabParallelCE::apply(logits, labels, reinterpret_cast<int64_t>(tp.active() ? tp.group : nullptr),
+                                          ignore_index);
+  auto count = (labels != ignore_index).sum().clamp_min(1);
+  return per_token.sum() / count;
+}
+
+Rotary::Rotary(int64_t head_dim, int64_t max_seq, double base) {
+  ME_CHECK(head_dim % 2 == 0, "rotary embeddings need an even head dimension, got ", head_dim);
+  auto inv = torch::pow(base, -torch::arange(0, head_dim, 2, torch::kDouble) / static_cast<double>(head_dim));
+  auto angles = torch::outer(torch::arange(max_seq, torch::kDouble), inv);  // [seq, d/2]
+  auto full = torch::cat({angles, angles}, -1);                             // [seq, d]
+  cos_ = full.cos().to(torch::kFloat);
+  sin_ = full.sin().to(torch::kFloat);
+}
+
+torch::Tensor Rotary::apply(const torch::Tensor& x) const {
+  const int64_t s = x.size(2), half = x.size(-1) / 2;
+  auto cos = cos_.narrow(0, 0, s).to(x.device(), x.scalar_type());
+  auto sin = sin_.narrow(0, 0, s).to(x.device(), x.scalar_type());
+  auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+}  // namespace me::parallel

@@ -1,0 +1,109 @@
+// Tensor-parallel layers (Megatron-Core's tensor_parallel/layers.py, for [batch, seq, hidden]
+// activations). Each holds only its shard; `ShardInfo` says how the shard relates to the full
+// parameter, so initialisation and checks can work on the full, layout-independent tensor.
+#pragma once
+#include <torch/torch.h>
+
+#include "engine/parallel/tensor_parallel.h"
+
+namespace me::parallel {
+
+// How a local parameter is cut from the full one: along `dim` into tp equal parts (dim -1:
+// replicated on every rank). `sequence_parallel_grad`: replicated, but each rank's gradient
+// covers only its sequence slice, so gradients are all-reduced over TP (norms, row biases
+// under sequence parallelism).
+struct ShardInfo {
+  std::vector<int64_t> full_shape;
+  int64_t dim = -1;
+  bool sequence_parallel_grad = false;
+};
+
+// y = x A^T + b with A split by rows (output features). Input: the full activation, or this
+// rank's sequence slice under sequence parallelism (gathered here). Output: this rank's
+// slice of the features, or all of them with gather_output.
+class ColumnParallelLinearImpl : public torch::nn::Module {
+ public:
+  ColumnParallelLinearImpl(int64_t in, int64_t out, bool bias, TensorParallel tp, bool gather_output = false);
+  torch::Tensor forward(const torch::Tensor& x);
+  // The same with a weight owned elsewhere (a tied embedding), [out / tp, in].
+  torch::Tensor forward_with(const torch::Tensor& x, const torch::Tensor& weight);
+  std::vector<std::pair<std::string, ShardInfo>> shards() const;
+
+  torch::Tensor weight, bias;
+
+ private:
+  int64_t in_, out_;
+  TensorParallel tp_;
+  bool gather_output_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+// y = x A^T + b with A split by columns (input features): the input is already split (the
+// output of a column-parallel layer); partial results are all-reduced, or reduce-scattered
+// along the sequence under sequence parallelism. The bias is added once, after the reduction.
+class RowParallelLinearImpl : public torch::nn::Module {
+ public:
+  RowParallelLinearImpl(int64_t in, int64_t out, bool bias, TensorParallel tp);
+  torch::Tensor forward(const torch::Tensor& x);
+  std::vector<std::pair<std::string, ShardInfo>> shards() const;
+
+  torch::Tensor weight, bias;
+
+ private:
+  int64_t in_, out_;
+  TensorParallel tp_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+// Logits over this rank's slice of the vocabulary from a weight [vocab / tp, hidden] owned
+// elsewhere (the tied word embedding): the output layer of a column-parallel LM head.
+torch::Tensor parallel_lm_logits(const torch::Tensor& x, const torch::Tensor& weight, const TensorParallel& tp);
+
+// Embedding with the vocabulary split across TP ranks: each rank looks up the ids in its
+// range and the partial results are summed (or reduce-scattered along the sequence).
+class VocabParallelEmbeddingImpl : public torch::nn::Module {
+ public:
+  VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp);
+  torch::Tensor forward(const torch::Tensor& tokens);
+  std::vector<std::pair<std::string, ShardInfo>> shards() const;
+  int64_t vocab_start() const { return start_; }
+
+  torch::Tensor weight;  // [vocab / tp, hidden]
+
+ private:
+  int64_t vocab_, hidden_, start_, local_;
+  TensorParallel tp_;
+};
+TORCH_MODULE(VocabParallelEmbedding);
+
+// RMSNorm (LLaMA): x / sqrt(mean(x^2) + eps) * weight, computed in fp32.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t hidden, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Cross entropy over logits split along the vocabulary ([batch, seq, vocab / tp] on each rank)
+// without gathering them: max, target logit and sum of exponentials are all-reduced. Labels
+// equal to ignore_index contribute nothing. Returns the mean over counted positions.
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
+                                           const TensorParallel& tp, int64_t ignore_index = -100);
+
+// Rotary position embedding (RoPE), "rotate half" form as in LLaMA and Megatron: dimension i
+// of the first half pairs with i + d/2, rotated by angle pos * base^(-2i/d).
+class Rotary {
+ public:
+  Rotary(int64_t head_dim, int64_t max_seq, double base);
+  // x: [batch, heads, seq, head_dim]; positions 0..seq-1.
+  torch::Tensor apply(const torch::Tensor& x) const;
+
+ private:
+  torch::Tensor cos_, sin_;  // [max_seq, head_dim]
+};
+
+}  // namespace me::parallel

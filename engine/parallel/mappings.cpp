@@ -1,0 +1,96 @@
+#include "engine/parallel/mappings.h"
+
+#include "engine/core/error.h"
+
+namespace me::parallel {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// Autograd functions receive the group through saved_data as an integer: IValue has no slot
+// for a plain C++ pointer, and the group outlives every graph built over it.
+comm::ProcessGroup& group_of(AutogradContext* ctx) {
+  return *reinterpret_cast<comm::ProcessGroup*>(ctx->saved_data["group"].toInt());
+}
+
+torch::Tensor all_reduce(const torch::Tensor& x, comm::ProcessGroup& g) {
+  auto y = x.contiguous().clone();
+  g.all_reduce(y, comm::ReduceOp::sum);
+  return y;
+}
+
+// Each mapping: forward and backward as two of the collectives below.
+enum class Op { identity, all_reduce, gather_last, slice_last, gather_seq, slice_seq, reduce_scatter_seq };
+
+torch::Tensor apply(Op op, const torch::Tensor& x, comm::ProcessGroup& g) {
+  switch (op) {
+    case Op::identity: return x;
+    case Op::all_reduce: return all_reduce(x, g);
+    case Op::gather_last: return all_gather_dim(x, x.dim() - 1, g);
+    case Op::slice_last: return slice_dim(x, x.dim() - 1, g.rank(), g.size());
+    case Op::gather_seq: return all_gather_dim(x, 1, g);
+    case Op::slice_seq: return slice_dim(x, 1, g.rank(), g.size());
+    case Op::reduce_scatter_seq: return reduce_scatter_dim(x, 1, g);
+  }
+  return x;
+}
+
+template <Op Forward, Op Backward>
+struct Mapping : public torch::autograd::Function<Mapping<Forward, Backward>> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return apply(Forward, x, group_of(ctx));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {apply(Backward, grads[0], group_of(ctx)), torch::Tensor()};
+  }
+};
+
+template <Op F, Op B>
+torch::Tensor map(const torch::Tensor& x, const TensorParallel& tp) {
+  if (!tp.active()) return x;
+  return Mapping<F, B>::apply(x, reinterpret_cast<int64_t>(tp.group));
+}
+
+}  // namespace
+
+torch::Tensor all_gather_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
+  // The collective concatenates along dimension 0; move `dim` there and back.
+  auto moved = x.movedim(dim, 0).contiguous();
+  auto sizes = moved.sizes().vec();
+  sizes[0] *= g.size();
+  auto out = torch::empty(sizes, moved.options());
+  g.all_gather(out, moved);
+  return out.movedim(0, dim).contiguous();
+}
+
+torch::Tensor reduce_scatter_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
+  auto moved = x.movedim(dim, 0).contiguous();
+  ME_CHECK(moved.size(0) % g.size() == 0, "reduce-scatter: dimension ", dim, " of size ", moved.size(0),
+           " is not divisible by the tensor-parallel size ", g.size(), " (sequence parallelism needs seq % tp == 0)");
+  auto sizes = moved.sizes().vec();
+  sizes[0] /= g.size();
+  auto out = torch::empty(sizes, moved.options());
+  g.reduce_scatter(out, moved, comm::ReduceOp::sum);
+  return out.movedim(0, dim).contiguous();
+}
+
+torch::Tensor slice_dim(const torch::Tensor& x, int64_t dim, int rank, int size) {
+  ME_CHECK(x.size(dim) % size == 0, "cannot split dimension ", dim, " of size ", x.size(dim), " into ", size,
+           " equal parts");
+  const int64_t part = x.size(dim) / size;
+  return x.narrow(dim, rank * part, part).contiguous();
+}
+
+torch::Tensor copy_to_tp(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::identity, Op::all_reduce>(x, tp); }
+torch::Tensor reduce_from_tp(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::all_reduce, Op::identity>(x, tp); }
+torch::Tensor scatter_last(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::slice_last, Op::gather_last>(x, tp); }
+torch::Tensor gather_last(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::gather_last, Op::slice_last>(x, tp); }
+torch::Tensor scatter_seq(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::slice_seq, Op::gather_seq>(x, tp); }
+torch::Tensor gather_seq(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::gather_seq, Op::reduce_scatter_seq>(x, tp); }
+torch::Tensor reduce_scatter_seq(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::reduce_scatter_seq, Op::gather_seq>(x, tp); }
+torch::Tensor gather_seq_plain(const torch::Tensor& x, const TensorParallel& tp) { return map<Op::gather_seq, Op::slice_seq>(x, tp); }
+
+}  // namespace me::parallel

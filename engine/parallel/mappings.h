@@ -1,0 +1,36 @@
+// The communication of tensor and sequence parallelism, each a small autograd function whose
+// backward is the matching collective (Megatron-Core's mappings.py). Activations are
+// [batch, seq, hidden]: "last" means the hidden dimension, "seq" dimension 1.
+#pragma once
+#include <torch/torch.h>
+
+#include "engine/parallel/tensor_parallel.h"
+
+namespace me::parallel {
+
+// Entering a column-parallel region: forward identity, backward all-reduce.
+torch::Tensor copy_to_tp(const torch::Tensor& x, const TensorParallel& tp);
+// Leaving a row-parallel region: forward all-reduce, backward identity.
+torch::Tensor reduce_from_tp(const torch::Tensor& x, const TensorParallel& tp);
+// Keep this rank's slice of the last dimension; backward all-gathers it.
+torch::Tensor scatter_last(const torch::Tensor& x, const TensorParallel& tp);
+// All-gather along the last dimension; backward keeps this rank's slice.
+torch::Tensor gather_last(const torch::Tensor& x, const TensorParallel& tp);
+// Sequence parallelism: keep this rank's slice of the sequence; backward all-gathers.
+torch::Tensor scatter_seq(const torch::Tensor& x, const TensorParallel& tp);
+// All-gather the sequence before a column-parallel layer; backward reduce-scatters (the
+// gradient flowing back is a partial sum from each rank's column shard).
+torch::Tensor gather_seq(const torch::Tensor& x, const TensorParallel& tp);
+// After a row-parallel layer under sequence parallelism: reduce-scatter along the sequence;
+// backward all-gathers.
+torch::Tensor reduce_scatter_seq(const torch::Tensor& x, const TensorParallel& tp);
+// All-gather the sequence where the result is not followed by a TP layer (the final logits
+// path in tests): backward keeps this rank's slice.
+torch::Tensor gather_seq_plain(const torch::Tensor& x, const TensorParallel& tp);
+
+// Collective building blocks without autograd, on contiguous tensors.
+torch::Tensor all_gather_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g);
+torch::Tensor reduce_scatter_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g);
+torch::Tensor slice_dim(const torch::Tensor& x, int64_t dim, int rank, int size);
+
+}  // namespace me::parallel
