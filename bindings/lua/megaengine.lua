@@ -118,6 +118,8 @@ me.tensor = setmetatable({}, {
 })
 me.manual_seed = core.manual_seed
 me.comm = core.comm
+me.parallel = core.parallel  -- vocab-parallel cross entropy, shard()
+me.nn = core.nn              -- reference ops (LibTorch cross entropy)
 me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_count,
             synchronize = core.cuda_synchronize }
 me.clock = core.clock  -- wall-clock seconds, for timing
