@@ -178,6 +178,21 @@ int cuda_synchronize(lua_State* L) {
   return 0;
 }
 
+int cuda_memory(lua_State* L) {  // {allocated =, peak =} bytes on the current GPU
+  const auto m = compat::cuda_memory();
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, m.allocated);
+  lua_setfield(L, -2, "allocated");
+  lua_pushinteger(L, m.peak);
+  lua_setfield(L, -2, "peak");
+  return 1;
+}
+
+int cuda_reset_peak(lua_State* L) {
+  compat::cuda_reset_peak_memory();
+  return 0;
+}
+
 int clock_seconds(lua_State* L) {  // wall clock for timing (os.clock is CPU time)
   using namespace std::chrono;
   lua_pushnumber(L, duration<double>(steady_clock::now().time_since_epoch()).count());
@@ -458,6 +473,7 @@ void open_tensor(lua_State* L, int core) {
   static const luaL_Reg misc[] = {{"traceback", traceback_handler}, {"manual_seed", wrapped<manual_seed>}, {"cuda_available", wrapped<cuda_available>},
                                   {"cuda_device_count", wrapped<device_count>},
                                   {"cuda_synchronize", wrapped<cuda_synchronize>}, {"clock", wrapped<clock_seconds>},
+                                  {"cuda_memory", wrapped<cuda_memory>}, {"cuda_reset_peak_memory", wrapped<cuda_reset_peak>},
                                   {nullptr, nullptr}};
   lua_pushvalue(L, core);
   luaL_setfuncs(L, misc, 0);

@@ -4,6 +4,12 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+// ME_TORCH_HAS_CUDA: set by CMake when LibTorch was built with CUDA (the GPU machine).
+#if ME_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #define ME_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -33,5 +39,25 @@ inline bool cuda_available() { return torch::cuda::is_available(); }
 
 // Waits for all work queued on the current GPU.
 inline void cuda_synchronize() { torch::cuda::synchronize(); }
+
+// The caching allocator's bytes in use on the current GPU, now and at the peak since the
+// last reset (0 without CUDA). Index 0 of the stat arrays is the aggregate over pools.
+struct CudaMemory {
+  int64_t allocated = 0, peak = 0;
+};
+inline CudaMemory cuda_memory() {
+#if ME_TORCH_HAS_CUDA
+  if (!cuda_available()) return {};
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  return {stats.allocated_bytes[0].current, stats.allocated_bytes[0].peak};
+#else
+  return {};
+#endif
+}
+inline void cuda_reset_peak_memory() {
+#if ME_TORCH_HAS_CUDA
+  if (cuda_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+#endif
+}
 
 }  // namespace me::compat
