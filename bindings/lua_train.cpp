@@ -28,6 +28,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
   s.name = field_string(L, r, "name", "recipe", s.name);
   s.device = field_string(L, r, "device", "recipe", s.device);
   s.seed = static_cast<uint64_t>(field_integer(L, r, "seed", "recipe", static_cast<int64_t>(s.seed)));
+  s.precision = field_string(L, r, "precision", "recipe", s.precision);
 
   if (!push_field_table(L, r, "model", "recipe")) fail("recipe.model is missing: add model = me.model.gpt{...}");
   s.model = read_model_config(L, lua_gettop(L), "model");
@@ -49,6 +50,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     o.eps = field_number(L, t, "eps", "optimizer", o.eps);
     o.weight_decay = field_number(L, t, "weight_decay", "optimizer", o.weight_decay);
     o.clip = field_number(L, t, "clip", "optimizer", o.clip);
+    o.momentum = field_number(L, t, "momentum", "optimizer", o.momentum);
     if (push_field_table(L, t, "betas", "optimizer")) {
       ME_CHECK(lua_rawlen(L, -1) == 2, "optimizer.betas: expected two numbers {beta1, beta2}, got ", lua_rawlen(L, -1),
                " values");
@@ -58,25 +60,57 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
   }
   if (push_field_table(L, r, "schedule", "recipe")) {
     t = lua_gettop(L);
-    auto& sc = s.schedule;
+    auto& sc = s.schedule.schedule;
     sc.kind = optim::LRSchedule::parse_kind(field_string(L, t, "kind", "schedule", std::string("cosine")));
-    sc.warmup = field_integer(L, t, "warmup_iters", "schedule", 0);
-    sc.decay = field_integer(L, t, "decay_iters", "schedule", 0);
-    sc.wsd_decay = field_integer(L, t, "wsd_decay_iters", "schedule", 0);
     sc.min_lr = field_number(L, t, "min_lr", "schedule", 0.0);
+    // Megatron's --lr-warmup-samples / --lr-decay-samples: when given, the schedule counts samples.
+    const int64_t warmup_samples = field_integer(L, t, "warmup_samples", "schedule", 0);
+    const int64_t decay_samples = field_integer(L, t, "decay_samples", "schedule", 0);
+    const int64_t wsd_samples = field_integer(L, t, "wsd_decay_samples", "schedule", 0);
+    s.schedule.in_samples = warmup_samples > 0 || decay_samples > 0 || wsd_samples > 0;
+    if (s.schedule.in_samples) {
+      sc.warmup = warmup_samples;
+      sc.decay = decay_samples;
+      sc.wsd_decay = wsd_samples;
+    } else {
+      sc.warmup = field_integer(L, t, "warmup_iters", "schedule", 0);
+      sc.decay = field_integer(L, t, "decay_iters", "schedule", 0);
+      sc.wsd_decay = field_integer(L, t, "wsd_decay_iters", "schedule", 0);
+    }
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "batch", "recipe")) {
     s.train.micro_batch = field_integer(L, lua_gettop(L), "micro", "batch", s.train.micro_batch);
+    s.train.global_batch = field_integer(L, lua_gettop(L), "global", "batch", s.train.global_batch);
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "train", "recipe")) {
     t = lua_gettop(L);
     auto& tr = s.train;
     tr.iters = field_integer(L, t, "iters", "train", tr.iters);
+    tr.samples = field_integer(L, t, "samples", "train", tr.samples);
+    tr.peak_tflops = field_number(L, t, "peak_tflops", "train", tr.peak_tflops);
     tr.log_interval = field_integer(L, t, "log_interval", "train", tr.log_interval);
     tr.eval_interval = field_integer(L, t, "eval_interval", "train", tr.eval_interval);
     tr.eval_iters = field_integer(L, t, "eval_iters", "train", tr.eval_iters);
+    lua_pop(L, 1);
+  }
+  if (push_field_table(L, r, "parallel", "recipe")) {
+    t = lua_gettop(L);
+    auto& p = s.parallel;
+    p.tp = field_integer(L, t, "tp", "parallel", p.tp);
+    p.pp = field_integer(L, t, "pp", "parallel", p.pp);
+    p.sequence_parallel = field_boolean(L, t, "sequence_parallel", "parallel", p.sequence_parallel);
+    p.distributed_optimizer = field_boolean(L, t, "distributed_optimizer", "parallel", p.distributed_optimizer);
+    p.bucket_mb = field_number(L, t, "bucket_mb", "parallel", p.bucket_mb);
+    lua_pop(L, 1);
+  }
+  if (push_field_table(L, r, "comm", "recipe")) {
+    t = lua_gettop(L);
+    s.comm.backend = field_string(L, t, "backend", "comm", s.comm.backend);
+    s.comm.timeout_s = field_number(L, t, "timeout_s", "comm", s.comm.timeout_s);
+    s.comm.heartbeat_s = field_number(L, t, "heartbeat_s", "comm", s.comm.heartbeat_s);
+    ME_CHECK(s.comm.timeout_s > 0 && s.comm.heartbeat_s > 0, "comm.timeout_s and comm.heartbeat_s must be positive");
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "sample", "recipe")) {
@@ -124,6 +158,9 @@ void push_record(lua_State* L, const train::LogRecord& rec) {
   set_n("grad_norm", rec.grad_norm);
   set_n("ms_per_iter", rec.ms_per_iter);
   set_n("tokens_per_s", rec.tokens_per_s);
+  set_n("tflops_per_gpu", rec.tflops_per_gpu);
+  set_i("global_batch", rec.global_batch);
+  set_i("skipped", rec.skipped);
   if (rec.val_loss >= 0) set_n("val_loss", rec.val_loss);
 }
 
@@ -179,6 +216,12 @@ int tr_run(lua_State* L) {
   lua_pushnumber(L, s.tokens_per_s); lua_setfield(L, -2, "tokens_per_s");
   lua_pushinteger(L, s.skipped); lua_setfield(L, -2, "skipped");
   lua_pushstring(L, s.sample.c_str()); lua_setfield(L, -2, "sample");
+  lua_createtable(L, static_cast<int>(s.losses.size()), 0);
+  for (size_t i = 0; i < s.losses.size(); ++i) {
+    lua_pushnumber(L, s.losses[i]);
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, -2, "losses");
   return 1;
 }
 
@@ -213,7 +256,7 @@ int tr_tostring(lua_State* L) {
   auto& lt = check_trainer(L, 1);
   const auto& s = lt.trainer->spec();
   lua_pushstring(L, cat("Trainer(", s.name, ": ", s.model.describe(), ", iteration ", lt.trainer->iteration(), "/",
-                        s.train.iters, ", device ", s.device, ")").c_str());
+                        lt.trainer->iters(), ", global batch ", lt.trainer->global_batch(), ", device ", s.device, ")").c_str());
   return 1;
 }
 

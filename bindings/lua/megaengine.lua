@@ -235,9 +235,14 @@ me.optim = {}
 me.optim.adamw = constructor("me.optim.adamw",
   { kind = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1, clip = 1.0 },
   spec_meta("optim.adamw"))
+me.optim.sgd = constructor("me.optim.sgd",
+  { kind = "sgd", lr = 1e-2, momentum = 0.9, weight_decay = 0.0, clip = 1.0 }, spec_meta("optim.sgd"))
 
 me.schedule = {}
-local schedule_defaults = { warmup_iters = 0, decay_iters = 0, min_lr = 0.0, wsd_decay_iters = 0 }
+-- Counted in iterations, or in samples as Megatron's --lr-warmup-samples/--lr-decay-samples
+-- (any *_samples field > 0 switches the schedule to samples).
+local schedule_defaults = { warmup_iters = 0, decay_iters = 0, min_lr = 0.0, wsd_decay_iters = 0,
+                            warmup_samples = 0, decay_samples = 0, wsd_decay_samples = 0 }
 for _, kind in ipairs({ "constant", "linear", "cosine", "inverse_sqrt", "wsd" }) do
   local defaults = with_defaults({ kind = kind == "inverse_sqrt" and "inverse-square-root" or kind }, schedule_defaults)
   me.schedule[kind] = constructor("me.schedule." .. kind, defaults, spec_meta("schedule." .. kind))
@@ -249,15 +254,17 @@ end
 
 local Recipe = spec_meta("recipe")
 local recipe_defaults = {
-  name = "run", device = "cpu", seed = 1234,
+  name = "run", device = "cpu", seed = 1234, precision = "fp32",  -- fp32 | bf16
   model = false, data = false, optimizer = false, schedule = false,  -- filled below
-  batch = { micro = 8 },
-  train = { iters = 100, log_interval = 10, eval_interval = 0, eval_iters = 10 },
+  batch = { micro = 8, global = 0 },  -- global 0: micro x data-parallel size
+  parallel = { tp = 1, pp = 1, sequence_parallel = false, distributed_optimizer = false, bucket_mb = 25 },
+  comm = { backend = "auto", timeout_s = 600, heartbeat_s = 1 },
+  train = { iters = 100, samples = 0, log_interval = 10, eval_interval = 0, eval_iters = 10, peak_tflops = 0 },
   sample = { prompt = "\n", tokens = 0, top_k = 1, temperature = 1.0 },
   log = { level = "info" },
   on_log = false,  -- function(record) called at every log interval
 }
-local section_names = { "batch", "train", "sample", "log" }
+local section_names = { "batch", "parallel", "comm", "train", "sample", "log" }
 
 function me.recipe(t)
   check_fields(t, recipe_defaults, "recipe", 2)

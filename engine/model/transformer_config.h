@@ -45,6 +45,10 @@ struct TransformerConfig {
 
   // Exact parameter count of the full (unsplit) model built from this config.
   int64_t parameter_count(int tp = 1) const;
+  // Model FLOPs of forward + backward per token (Narayanan et al. 2021, generalised to GQA and
+  // SwiGLU): 6 x (every matmul's weights, the output layer included) + 12 x layers x hidden x
+  // seq for attention's scores and weighted values. Recomputation is not counted (model FLOPs).
+  double flops_per_token(int tp = 1) const;
   std::string describe() const;
 };
 

@@ -25,32 +25,40 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWConfig cfg) : groups_(std::mov
     exp_avg_.emplace_back();
     exp_avg_sq_.emplace_back();
     for (const auto& p : g.params) {
-      // Moments in fp32 whatever the parameter dtype: they are the optimizer's precision.
-      exp_avg_.back().push_back(torch::zeros_like(p, torch::kFloat));
-      exp_avg_sq_.back().push_back(torch::zeros_like(p, torch::kFloat));
+      // Moments in fp32 at least (fp64 parameters keep fp64): the optimizer's precision.
+      const auto dtype = p.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+      exp_avg_.back().push_back(torch::zeros_like(p, dtype));
+      exp_avg_sq_.back().push_back(torch::zeros_like(p, dtype));
     }
   }
+}
+
+void adamw_update(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& m, torch::Tensor& v, double lr,
+                  double weight_decay, const AdamWConfig& cfg, int64_t step) {
+  const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
+  // Decoupled decay: shrink the weight itself, not the gradient.
+  if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
+  m.mul_(cfg.beta1).add_(grad, 1.0 - cfg.beta1);
+  v.mul_(cfg.beta2).addcmul_(grad, grad, 1.0 - cfg.beta2);
+  auto denom = (v.sqrt() / std::sqrt(bc2)).add_(cfg.eps);
+  p.addcdiv_(m, denom, -lr / bc1);
 }
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++step_;
-  const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(step_));
-  const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(step_));
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const auto& g = groups_[gi];
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
       auto p = g.params[pi];
       if (!p.grad().defined()) continue;
-      auto grad = p.grad().to(torch::kFloat);
-      auto& m = exp_avg_[gi][pi];
-      auto& v = exp_avg_sq_[gi][pi];
-      // Decoupled decay: shrink the weight itself, not the gradient.
-      if (g.weight_decay != 0.0) p.mul_(1.0 - lr * g.weight_decay);
-      m.mul_(cfg_.beta1).add_(grad, 1.0 - cfg_.beta1);
-      v.mul_(cfg_.beta2).addcmul_(grad, grad, 1.0 - cfg_.beta2);
-      auto denom = (v.sqrt() / std::sqrt(bc2)).add_(cfg_.eps);
-      p.add_((m / denom).to(p.scalar_type()), -lr / bc1);
+      // The update runs in fp32 (or fp64); a bf16/fp16 parameter gets the result rounded once.
+      const bool exact = p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble;
+      auto master = exact ? p : p.to(torch::kFloat);
+      adamw_update(master, p.grad().to(master.scalar_type()), exp_avg_[gi][pi], exp_avg_sq_[gi][pi], lr,
+                   g.weight_decay, cfg_, step_);
+      if (!exact) p.copy_(master);
     }
   }
 }

@@ -20,6 +20,11 @@ struct ParamGroup {
   double weight_decay = 0.0;
 };
 
+// One AdamW update of an fp32 tensor `p` (the master) from its fp32 gradient, with moments m
+// and v, at optimizer step `step` (1 = first). Shared by AdamW and MasterOptimizer.
+void adamw_update(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& m, torch::Tensor& v, double lr,
+                  double weight_decay, const AdamWConfig& cfg, int64_t step);
+
 // Megatron's rule: matrices and embeddings decay; biases and norm weights (1-D) do not.
 std::vector<ParamGroup> decay_groups(const std::vector<torch::Tensor>& params, double weight_decay);
 

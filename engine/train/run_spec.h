@@ -17,16 +17,31 @@ struct DataSpec {
 };
 
 struct OptimSpec {
-  std::string kind = "adamw";
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, clip = 1.0;
+  std::string kind = "adamw";  // adamw | sgd
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, clip = 1.0, momentum = 0.9;
+};
+
+struct ParallelSpec {
+  int64_t tp = 1, pp = 1;  // dp is what is left of the world
+  bool sequence_parallel = false;
+  bool distributed_optimizer = false;  // ZeRO-1: masters and optimizer state sharded over dp
+  double bucket_mb = 25.0;             // gradient buckets reduced while backward goes on
+};
+
+struct CommSpec {
+  std::string backend = "auto";
+  double timeout_s = 600, heartbeat_s = 1.0;
 };
 
 struct TrainSpec {
   int64_t iters = 100;
+  int64_t samples = 0;  // > 0: train this many samples (iters = samples / global batch, rounded up)
   int64_t micro_batch = 8;
+  int64_t global_batch = 0;  // 0: micro batch x data-parallel size (no accumulation)
   int64_t log_interval = 10;
   int64_t eval_interval = 0;  // 0: evaluate only at the end
   int64_t eval_iters = 10;    // 0: no evaluation (benchmark mode)
+  double peak_tflops = 0;     // the GPU's bf16 peak for MFU; 0: MFU not shown
 };
 
 struct SampleSpec {
@@ -36,21 +51,30 @@ struct SampleSpec {
   double temperature = 1.0;
 };
 
+// How the schedule counts: iterations, or samples as Megatron's --lr-warmup-samples etc.
+struct ScheduleSpec {
+  optim::LRSchedule schedule;  // warmup/decay in the unit below; decay 0 = the whole run
+  bool in_samples = false;
+};
+
 // One progress line's numbers, handed to Lua hooks (`on_log`) as a table.
 struct LogRecord {
-  int64_t iteration = 0, iters = 0, consumed_samples = 0;
-  double lr = 0, loss = 0, grad_norm = 0, ms_per_iter = 0, tokens_per_s = 0;
+  int64_t iteration = 0, iters = 0, consumed_samples = 0, global_batch = 0, skipped = 0, nan = 0;
+  double lr = 0, loss = 0, grad_norm = 0, ms_per_iter = 0, tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;
   double val_loss = -1;  // < 0 when no evaluation ran at this iteration
 };
 
 struct RunSpec {
   std::string name = "run";
   std::string device = "cpu";
+  std::string precision = "fp32";  // fp32 | bf16 (bf16 weights and activations, fp32 masters and grads)
   uint64_t seed = 1234;
   model::TransformerConfig model;
   DataSpec data;
   OptimSpec optim;
-  optim::LRSchedule schedule;  // decay 0 means "train.iters"
+  ScheduleSpec schedule;
+  ParallelSpec parallel;
+  CommSpec comm;
   TrainSpec train;
   SampleSpec sample;
   std::function<void(const LogRecord&)> on_log;  // may throw me::Error to stop the run

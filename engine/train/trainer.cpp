@@ -30,53 +30,136 @@ double now_ms() {
 
 Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(spec_.device)), rng_(spec_.seed) {
   auto& t = spec_.train;
-  ME_CHECK(t.iters > 0, "train.iters must be a positive integer, got ", t.iters);
+  const auto& par = spec_.parallel;
+  ME_CHECK(t.iters > 0 || t.samples > 0, "train.iters (or train.samples) must be a positive integer, got ", t.iters);
   ME_CHECK(t.micro_batch > 0, "batch.micro must be a positive integer, got ", t.micro_batch);
+  ME_CHECK(t.global_batch >= 0, "batch.global must be >= 0 (0: micro x data-parallel size), got ", t.global_batch);
   ME_CHECK(t.log_interval > 0, "train.log_interval must be a positive integer, got ", t.log_interval);
   ME_CHECK(t.eval_interval >= 0 && t.eval_iters >= 0, "train.eval_interval and train.eval_iters must be >= 0");
-  ME_CHECK(spec_.optim.kind == "adamw", "optimizer kind '", spec_.optim.kind, "' is not available yet: use me.optim.adamw");
-  ME_CHECK(spec_.optim.clip >= 0, "optimizer.clip must be >= 0 (0 turns clipping off), got ", spec_.optim.clip);
+  ME_CHECK(spec_.precision == "fp32" || spec_.precision == "bf16", "precision must be fp32 or bf16, got '",
+           spec_.precision, "'");
   ME_CHECK(spec_.data.kind == "text", "data kind '", spec_.data.kind, "' is not available yet: use me.data.text");
-  spec_.model.validate();
+  ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
+  ME_CHECK(par.pp == 1, "parallel.pp = ", par.pp, ": pipeline parallelism is not available yet; set parallel.pp=1");
+  ME_CHECK(par.bucket_mb > 0, "parallel.bucket_mb must be positive, got ", par.bucket_mb);
+
+  // Several ranks (a launcher set RANK/WORLD_SIZE or Slurm did): communicate.
+  const auto env = comm::read_launch_env();
+  if (env.world > 1 || par.tp > 1) {
+    comm::CommOptions o;
+    o.backend = spec_.comm.backend;
+    o.device = spec_.device;
+    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec_.comm.timeout_s * 1000));
+    o.heartbeat_s = spec_.comm.heartbeat_s;
+    comm_ = std::make_unique<comm::Communicator>(env, o);
+    if (comm_->cuda_device() >= 0) device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm_->cuda_device()));
+    groups_ = std::make_unique<comm::ParallelGroups>(
+        comm::make_parallel_groups(*comm_, static_cast<int>(par.tp), static_cast<int>(par.pp)));
+    for (const auto& w : groups_->warnings) log::warn(w);
+    if (comm_->rank() == 0) log::info(groups_->layout_table);
+    dp_ = groups_->dp->size();
+    dp_rank_ = groups_->dp->rank();
+  }
+  // global batch = micro batch x data-parallel size x accumulation steps
+  global_batch_ = t.global_batch > 0 ? t.global_batch : t.micro_batch * dp_;
+  ME_CHECK(global_batch_ % (t.micro_batch * dp_) == 0, "batch.global (", global_batch_,
+           ") is not divisible by batch.micro x data-parallel size (", t.micro_batch, " x ", dp_, " = ",
+           t.micro_batch * dp_, "): choose a global batch that is a multiple of it");
+  accumulation_ = global_batch_ / (t.micro_batch * dp_);
+  iters_ = t.samples > 0 ? (t.samples + global_batch_ - 1) / global_batch_ : t.iters;
 
   data_ = std::make_unique<data::ByteTextDataset>(spec_.data.path, spec_.data.holdout, spec_.model.seq);
   ME_CHECK(spec_.model.vocab >= data::ByteTextDataset::vocab(), "model.vocab (", spec_.model.vocab,
            ") is smaller than the byte-level tokenizer's 256 ids");
 
-  auto& sched = spec_.schedule;
+  auto& sched = spec_.schedule.schedule;
   sched.max_lr = spec_.optim.lr;
-  if (sched.decay == 0) sched.decay = t.iters;
+  if (sched.decay == 0) sched.decay = spec_.schedule.in_samples ? iters_ * global_batch_ : iters_;
   sched.validate();
 
-  model_ = model::Transformer(spec_.model);
+  parallel::TensorParallel tp;
+  if (groups_) tp.group = groups_->tp.get();
+  tp.sequence_parallel = par.sequence_parallel;
+  model_ = model::Transformer(spec_.model, tp);
   model_->reset_parameters(spec_.seed);
-  model_->to(device_);
+  model_->to(device_, spec_.precision == "bf16" ? torch::kBFloat16 : torch::kFloat);
   params_ = model_->parameters();
-  optim::AdamWConfig acfg{spec_.optim.beta1, spec_.optim.beta2, spec_.optim.eps, spec_.optim.weight_decay};
-  optimizer_ = std::make_unique<optim::AdamW>(optim::decay_groups(params_, acfg.weight_decay), acfg);
+
+  std::vector<optim::MasterParam> masters;
+  const auto named = model_->named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto& info = model_->shards().at(named[i].key());
+    // A parameter replicated over TP counts once in the gradient norm: on TP rank 0.
+    masters.push_back({named[i].value(), named[i].value().dim() >= 2, info.dim >= 0 || tp.rank() == 0});
+    if (info.sequence_parallel_grad) sequence_parallel_params_.push_back(i);
+  }
+  grads_ = std::make_unique<GradBuffer>(params_, groups_ ? groups_->dp.get() : nullptr, par.bucket_mb,
+                                        par.distributed_optimizer);
+  std::vector<int64_t> offsets;
+  for (size_t i = 0; i < params_.size(); ++i) offsets.push_back(grads_->offset(i));
+  optim::OptimizerConfig ocfg;
+  ocfg.kind = spec_.optim.kind;
+  ocfg.adam = {spec_.optim.beta1, spec_.optim.beta2, spec_.optim.eps, spec_.optim.weight_decay};
+  ocfg.momentum = spec_.optim.momentum;
+  ocfg.clip = spec_.optim.clip;
+  ocfg.distributed = par.distributed_optimizer;
+  optimizer_ = std::make_unique<optim::MasterOptimizer>(std::move(masters), grads_->flat(), offsets, ocfg,
+                                                        groups_ ? groups_->tp.get() : nullptr,
+                                                        groups_ ? groups_->dp.get() : nullptr);
+  flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(global_batch_) *
+                         static_cast<double>(spec_.model.seq);
 }
+
+Trainer::~Trainer() = default;
+
+bool Trainer::is_logging_rank() const { return !comm_ || comm_->rank() == 0; }
 
 StepResult Trainer::step() {
   const double t0 = now_ms();
   model_->train();
-  auto batch = data_->sample(false, spec_.train.micro_batch, rng_);
-  auto loss = model_->loss(batch.tokens.to(device_), batch.labels.to(device_));
-  optimizer_->zero_grad();
-  loss.backward();
+  // The whole global batch is drawn on every rank (same seed): each keeps its share, so any
+  // layout sees the same global batches as one process would.
+  auto batch = data_->sample(false, global_batch_, rng_);
+  const int64_t local = global_batch_ / dp_, micro = spec_.train.micro_batch;
+  auto tokens = batch.tokens.narrow(0, dp_rank_ * local, local).to(device_);
+  auto labels = batch.labels.narrow(0, dp_rank_ * local, local).to(device_);
+
+  grads_->zero();
+  auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  for (int64_t m = 0; m < accumulation_; ++m) {
+    grads_->begin_micro_batch(m == accumulation_ - 1);
+    auto loss = model_->loss(tokens.narrow(0, m * micro, micro), labels.narrow(0, m * micro, micro)) /
+                static_cast<double>(accumulation_);
+    loss.backward();
+    for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
+    loss_sum += loss.detach().to(torch::kFloat);
+  }
+  // Under sequence parallelism each TP rank's norm gradients cover its slice of positions.
+  auto reduce_sequence_parallel = [&] {
+    for (size_t i : sequence_parallel_params_) {
+      auto g = grads_->view(i);
+      groups_->tp->all_reduce(g, comm::ReduceOp::sum);
+    }
+  };
+  const bool sp = !sequence_parallel_params_.empty();
+  if (sp && spec_.parallel.distributed_optimizer) reduce_sequence_parallel();  // before the shards are cut
+  grads_->finish();
+  if (sp && !spec_.parallel.distributed_optimizer) reduce_sequence_parallel();
+  if (groups_ && dp_ > 1) groups_->dp->all_reduce(loss_sum, comm::ReduceOp::avg);
 
   StepResult r;
   r.iteration = ++iteration_;
-  r.grad_norm = optim::clip_grad_norm(params_, spec_.optim.clip);
-  r.lr = spec_.schedule.lr(iteration_);
-  // A NaN/Inf gradient would poison the weights and every later step: skip and count it.
+  consumed_samples_ += global_batch_;
+  r.lr = spec_.schedule.schedule.lr(spec_.schedule.in_samples ? consumed_samples_ : iteration_);
+  r.grad_norm = optimizer_->step(r.lr);
+  // A NaN/Inf gradient would poison the weights and every later step: skipped and counted.
   r.skipped = !std::isfinite(r.grad_norm);
   if (r.skipped) {
     ++skipped_;
+    if (std::isnan(r.grad_norm)) ++nan_;
     log::warn("iteration ", iteration_, ": gradient norm is ", r.grad_norm, ", update skipped");
-  } else {
-    optimizer_->step(r.lr);
   }
-  r.loss = loss.item<double>();  // the one host sync of the step
+  r.loss = loss_sum.item<double>();  // the step's one host synchronisation
   r.ms = now_ms() - t0;
   return r;
 }
@@ -85,7 +168,7 @@ double Trainer::evaluate() {
   if (spec_.train.eval_iters == 0) return -1;
   torch::NoGradGuard no_grad;
   model_->eval();
-  // The same validation windows every time, so evaluations are comparable.
+  // The same validation windows every time (and on every rank), so evaluations compare.
   std::mt19937_64 rng(spec_.seed ^ 0x9e3779b97f4a7c15ULL);
   double sum = 0;
   for (int64_t i = 0; i < spec_.train.eval_iters; ++i) {
@@ -97,12 +180,18 @@ double Trainer::evaluate() {
 }
 
 void Trainer::log_line(const LogRecord& r) const {
-  char line[512];
-  std::snprintf(line, sizeof line,
-                " iteration %8lld/%8lld | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
-                "learning rate: %.3E | lm loss: %.6E | grad norm: %.3f | tokens/s: %.0f",
-                static_cast<long long>(r.iteration), static_cast<long long>(r.iters),
-                static_cast<long long>(r.consumed_samples), r.ms_per_iter, r.lr, r.loss, r.grad_norm, r.tokens_per_s);
+  char line[768];
+  int n = std::snprintf(line, sizeof line,
+                        " iteration %8lld/%8lld | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
+                        "learning rate: %.3E | global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
+                        "number of skipped iterations: %3lld | number of nan iterations: %3lld | tokens/s: %.0f | "
+                        "TFLOP/s/GPU: %.2f",
+                        static_cast<long long>(r.iteration), static_cast<long long>(r.iters),
+                        static_cast<long long>(r.consumed_samples), r.ms_per_iter, r.lr,
+                        static_cast<long long>(r.global_batch), r.loss, r.grad_norm, static_cast<long long>(r.skipped),
+                        static_cast<long long>(r.nan), r.tokens_per_s, r.tflops_per_gpu);
+  if (r.mfu > 0 && n > 0 && n < static_cast<int>(sizeof line))
+    std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " | MFU: %.1f%%", 100.0 * r.mfu);
   log::info(line);
   if (r.val_loss >= 0) {
     std::snprintf(line, sizeof line, " validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.3f",
@@ -113,15 +202,24 @@ void Trainer::log_line(const LogRecord& r) const {
 
 Summary Trainer::run() {
   const auto& t = spec_.train;
-  log::info("training ", spec_.name, ": ", spec_.model.describe(), ", ", model_->local_parameter_count(), " parameters on ",
-            spec_.device, "; ", data_->train_tokens(), " train / ", data_->valid_tokens(), " validation tokens");
+  if (is_logging_rank()) {
+    log::info("training ", spec_.name, ": ", spec_.model.describe(), ", ",
+              spec_.model.parameter_count(static_cast<int>(spec_.parallel.tp)), " parameters (",
+              model_->local_parameter_count(), " on this rank), ", spec_.precision, " on ", device_.str(), "; ",
+              iters_, " iterations of ", global_batch_, " samples (micro ", t.micro_batch, " x dp ", dp_,
+              " x accumulation ", accumulation_, ")");
+    if (spec_.parallel.distributed_optimizer)
+      log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
+                "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");
+  }
   Summary s;
-  double window_loss = 0, window_ms = 0;
+  double window_loss = 0, window_ms = 0, total_ms = 0;
   int64_t window_n = 0;
-  const double tokens_per_step = static_cast<double>(t.micro_batch * spec_.model.seq);
-  double total_ms = 0;
-  while (iteration_ < t.iters) {
+  const double tokens_per_step = static_cast<double>(global_batch_ * spec_.model.seq);
+  const int world = comm_ ? comm_->world_size() : 1;
+  while (iteration_ < iters_) {
     const auto r = step();
+    s.losses.push_back(r.loss);
     if (!r.skipped) {
       window_loss += r.loss;
       ++window_n;
@@ -129,24 +227,28 @@ Summary Trainer::run() {
     window_ms += r.ms;
     total_ms += r.ms;
     s.last_loss = r.loss;
-    const bool log_now = iteration_ % t.log_interval == 0 || iteration_ == t.iters;
-    if (!log_now) continue;
+    if (iteration_ % t.log_interval != 0 && iteration_ != iters_) continue;
     LogRecord rec;
     rec.iteration = iteration_;
-    rec.iters = t.iters;
-    rec.consumed_samples = iteration_ * t.micro_batch;
+    rec.iters = iters_;
+    rec.consumed_samples = consumed_samples_;
+    rec.global_batch = global_batch_;
     rec.lr = r.lr;
     rec.loss = window_n ? window_loss / static_cast<double>(window_n) : r.loss;
     rec.grad_norm = r.grad_norm;
+    rec.skipped = skipped_;
+    rec.nan = nan_;
     const int64_t steps_in_window = (iteration_ - 1) % t.log_interval + 1;
     rec.ms_per_iter = window_ms / static_cast<double>(steps_in_window);
     rec.tokens_per_s = tokens_per_step * 1000.0 / rec.ms_per_iter;
-    const bool eval_now = t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == t.iters);
+    rec.tflops_per_gpu = flops_per_iteration_ / (rec.ms_per_iter / 1000.0) / world / 1e12;
+    if (t.peak_tflops > 0) rec.mfu = rec.tflops_per_gpu / t.peak_tflops;
+    const bool eval_now = t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == iters_);
     if (eval_now) s.val_loss = rec.val_loss = evaluate();
     if (s.iterations == 0) s.first_loss = rec.loss;  // the first logged (window-mean) loss
     s.iterations = iteration_;
     s.last_loss = rec.loss;
-    log_line(rec);
+    if (is_logging_rank()) log_line(rec);
     if (spec_.on_log) spec_.on_log(rec);
     window_loss = window_ms = 0;
     window_n = 0;
@@ -156,7 +258,7 @@ Summary Trainer::run() {
   s.tokens_per_s = total_ms > 0 ? tokens_per_step * static_cast<double>(iteration_) * 1000.0 / total_ms : 0;
   if (spec_.sample.tokens > 0) {
     s.sample = sample(spec_.sample.prompt, spec_.sample.tokens, spec_.sample.top_k, spec_.sample.temperature);
-    log::info("sample (", spec_.sample.tokens, " tokens, top_k ", spec_.sample.top_k, "):\n", s.sample);
+    if (is_logging_rank()) log::info("sample (", spec_.sample.tokens, " tokens, top_k ", spec_.sample.top_k, "):\n", s.sample);
   }
   return s;
 }

@@ -1,15 +1,19 @@
-// The training loop, single process for now: one step reads a batch, runs forward and
-// backward, clips, sets the learning rate and updates. Later issues add data parallelism,
-// pipelining and checkpoints here rather than in a second loop.
+// The training loop. One step: the global batch (the same on every rank, from the shared
+// seed) is cut into this data-parallel rank's micro-batches; each runs forward and backward
+// into the fp32 gradient buffer, whose buckets are averaged over data parallelism as they
+// fill; then the optimizer clips by the global norm, steps at the scheduled learning rate and
+// writes the weights back. Tensor-parallel ranks see the same batches.
 #pragma once
 #include <torch/torch.h>
 
 #include <memory>
 #include <random>
 
+#include "engine/comm/communicator.h"
 #include "engine/data/byte_text.h"
 #include "engine/model/transformer.h"
-#include "engine/optim/adamw.h"
+#include "engine/optim/master_optimizer.h"
+#include "engine/train/grad_buffer.h"
 #include "engine/train/run_spec.h"
 
 namespace me::train {
@@ -26,34 +30,44 @@ struct Summary {
   double tokens_per_s = 0;
   int64_t skipped = 0;
   std::string sample;  // decoded text sampled at the end, if asked for
+  std::vector<double> losses;  // every step's loss (global-batch mean)
 };
 
 class Trainer {
  public:
   explicit Trainer(RunSpec spec);
+  ~Trainer();
 
   StepResult step();
-  double evaluate();   // mean validation loss over train.eval_iters fixed batches
-  Summary run();       // steps until train.iters, logging and evaluating on the way
+  double evaluate();  // mean validation loss over train.eval_iters fixed batches
+  Summary run();      // steps until the end, logging and evaluating on the way
   std::string sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature);
 
   model::Transformer& model() { return model_; }
   const RunSpec& spec() const { return spec_; }
   int64_t iteration() const { return iteration_; }
+  int64_t iters() const { return iters_; }
+  int64_t global_batch() const { return global_batch_; }
   void set_on_log(std::function<void(const LogRecord&)> hook) { spec_.on_log = std::move(hook); }
 
  private:
   void log_line(const LogRecord& r) const;
+  bool is_logging_rank() const;
 
   RunSpec spec_;
   torch::Device device_;
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<comm::ParallelGroups> groups_;
   std::unique_ptr<data::ByteTextDataset> data_;
   model::Transformer model_{nullptr};
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<GradBuffer> grads_;
+  std::unique_ptr<optim::MasterOptimizer> optimizer_;
   std::vector<torch::Tensor> params_;
+  std::vector<size_t> sequence_parallel_params_;
   std::mt19937_64 rng_;
-  int64_t iteration_ = 0;
-  int64_t skipped_ = 0;
+  int64_t dp_ = 1, dp_rank_ = 0, accumulation_ = 1, global_batch_ = 0, iters_ = 0;
+  int64_t iteration_ = 0, consumed_samples_ = 0, skipped_ = 0, nan_ = 0;
+  double flops_per_iteration_ = 0;
 };
 
 }  // namespace me::train

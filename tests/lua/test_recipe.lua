@@ -26,7 +26,7 @@ expect_error(function() me.apply_overrides(r, { "train.iters=1.5" }) end, "expec
 expect_error(function() me.apply_overrides(r, { "optimizer.lr=fast" }) end, "expects a number, got 'fast'")
 expect_error(function() me.apply_overrides(r, { "model=3" }) end, "recipe.model is a table; set one of its fields")
 expect_error(function() me.apply_overrides(r, { "train.iters.x=3" }) end, "recipe.train.iters is a number, not a table")
-expect_error(function() me.apply_overrides(r, { "batch.mikro=3" }) end, "valid keys there: micro")
+expect_error(function() me.apply_overrides(r, { "batch.mikro=3" }) end, "valid keys there: global, micro")
 
 -- parameter counts: the formula and the built module agree
 local spec = me.model.gpt { layers = 3, hidden = 48, heads = 6, seq = 20, vocab = 100 }

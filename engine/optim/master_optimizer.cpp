@@ -1,0 +1,111 @@
+#include "engine/optim/master_optimizer.h"
+
+#include <cmath>
+
+#include "engine/core/error.h"
+
+namespace me::optim {
+
+MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
+                                 std::vector<int64_t> offsets, OptimizerConfig cfg, comm::ProcessGroup* tp,
+                                 comm::ProcessGroup* dp)
+    : params_(std::move(params)), flat_grads_(flat_grads), offsets_(std::move(offsets)), cfg_(cfg),
+      tp_(tp && tp->size() > 1 ? tp : nullptr), dp_(dp && dp->size() > 1 ? dp : nullptr) {
+  ME_CHECK(cfg_.kind == "adamw" || cfg_.kind == "sgd", "optimizer kind '", cfg_.kind, "': expected adamw or sgd");
+  ME_CHECK(cfg_.clip >= 0, "optimizer.clip must be >= 0 (0 turns clipping off), got ", cfg_.clip);
+  cfg_.adam.validate();
+  const int64_t dp_size = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
+  const int64_t flat = flat_grads_.numel();
+  const bool shard = cfg_.distributed && dp_;
+  shard_size_ = shard ? flat / dp_size : flat;
+  shard_start_ = shard ? shard_size_ * dp_rank : 0;
+  if (shard) master_shard_ = torch::zeros({shard_size_}, flat_grads_.options());
+
+  torch::NoGradGuard no_grad;
+  int64_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i].param;
+    total += p.numel();
+    // The part of parameter i that falls inside this rank's shard of the flat buffer.
+    const int64_t lo = std::max(offsets_[i], shard_start_), hi = std::min(offsets_[i] + p.numel(), shard_start_ + shard_size_);
+    if (hi <= lo) continue;
+    Segment s{i, lo - offsets_[i], hi - lo, {}, {}, {}, {}};
+    auto flat_param = p.detach().reshape({-1}).narrow(0, s.start, s.length);
+    if (shard) {
+      s.master = master_shard_.narrow(0, lo - shard_start_, s.length);
+      s.master.copy_(flat_param);
+    } else if (p.scalar_type() == torch::kFloat) {
+      s.master = p.detach().reshape({-1});  // fp32 training: the parameter is its own master
+    } else {
+      s.master = flat_param.to(torch::kFloat);  // bf16 training: an fp32 copy
+    }
+    s.grad = flat_grads_.narrow(0, lo, s.length);
+    s.m = torch::zeros_like(s.master);
+    if (cfg_.kind == "adamw") s.v = torch::zeros_like(s.master);
+    segments_.push_back(std::move(s));
+  }
+  const int64_t per_elem = cfg_.kind == "adamw" ? 8 : 4;  // moments
+  int64_t held = 0;
+  for (const auto& s : segments_) held += s.length;
+  const bool own_masters = shard || params_.empty() || params_.front().param.scalar_type() != torch::kFloat;
+  state_bytes_ = held * (per_elem + (own_masters ? 4 : 0));
+  unsharded_bytes_ = total * (per_elem + (params_.empty() || params_.front().param.scalar_type() == torch::kFloat ? 0 : 4));
+}
+
+double MasterOptimizer::global_norm() {
+  // Sum of squares over this rank's gradients, counting TP-replicated parameters once, then
+  // summed over the ranks that hold different pieces: TP always, DP when grads are sharded.
+  auto sq = torch::zeros({1}, flat_grads_.options());
+  for (const auto& s : segments_)
+    if (params_[s.param].count_in_norm) sq += s.grad.pow(2).sum();
+  if (tp_) tp_->all_reduce(sq, comm::ReduceOp::sum);
+  if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
+  return std::sqrt(sq.item<double>());
+}
+
+void MasterOptimizer::update(double lr) {
+  ++steps_;
+  for (auto& s : segments_) {
+    const double wd = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
+    if (cfg_.kind == "sgd") {  // SGD with momentum; weight decay added to the gradient
+      auto g = wd != 0.0 ? s.grad + wd * s.master : s.grad;
+      s.m.mul_(cfg_.momentum).add_(g);
+      s.master.add_(s.m, -lr);
+      continue;
+    }
+    adamw_update(s.master, s.grad, s.m, s.v, lr, wd, cfg_.adam, steps_);
+  }
+}
+
+void MasterOptimizer::write_back() {
+  if (cfg_.distributed && dp_) {
+    // Every rank updated its shard: gather the whole flat parameter vector, then scatter it
+    // into the model's parameters.
+    auto full = torch::empty({shard_size_ * dp_->size()}, master_shard_.options());
+    dp_->all_gather(full, master_shard_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i].param;
+      p.detach().view({-1}).copy_(full.narrow(0, offsets_[i], p.numel()));
+    }
+    return;
+  }
+  for (auto& s : segments_) {
+    auto& p = params_[s.param].param;
+    if (p.scalar_type() != torch::kFloat) p.detach().view({-1}).narrow(0, s.start, s.length).copy_(s.master);
+  }
+}
+
+double MasterOptimizer::step(double lr) {
+  torch::NoGradGuard no_grad;
+  const double norm = global_norm();
+  if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
+  if (cfg_.clip > 0 && norm > cfg_.clip) {
+    const double coeff = cfg_.clip / (norm + 1e-6);
+    for (auto& s : segments_) s.grad.mul_(coeff);
+  }
+  update(lr);
+  write_back();
+  return norm;
+}
+
+}  // namespace me::optim

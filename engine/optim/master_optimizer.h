@@ -1,0 +1,71 @@
+// The optimizer over fp32 master weights, as Megatron's mixed-precision and distributed
+// optimizers arrange it. Masters are the fp32 parameters themselves (fp32 training), fp32
+// copies (bf16 training), or with the distributed optimizer (ZeRO-1) only this data-parallel
+// rank's contiguous shard of all of them, with the Adam state of that shard alone.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/process_group.h"
+#include "engine/optim/adamw.h"
+
+namespace me::optim {
+
+struct MasterParam {
+  torch::Tensor param;       // the model's parameter
+  bool decay = true;         // weight decay applies (matrices, embeddings; not biases or norms)
+  bool count_in_norm = true; // false on TP ranks > 0 for parameters replicated across TP
+};
+
+struct OptimizerConfig {
+  std::string kind = "adamw";  // adamw | sgd
+  AdamWConfig adam;
+  double momentum = 0.9;       // sgd
+  double clip = 1.0;           // global-norm clipping; 0 turns it off
+  bool distributed = false;    // shard masters and state over the data-parallel group
+};
+
+class MasterOptimizer {
+ public:
+  // `flat_grads` is the data-parallel gradient buffer (GradBuffer::flat), with param i at
+  // `offsets[i]`; under the distributed optimizer only [shard_start, shard_start + shard_size)
+  // is reduced. tp/dp may be null.
+  MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads, std::vector<int64_t> offsets,
+                  OptimizerConfig cfg, comm::ProcessGroup* tp, comm::ProcessGroup* dp);
+
+  // Clips, steps at `lr` and writes the new weights into the model's parameters. Returns the
+  // gradient norm before clipping; a non-finite norm skips the update (returned as is).
+  double step(double lr);
+
+  // Bytes of fp32 masters and optimizer state held on this rank, and what an unsharded
+  // optimizer would hold (for the distributed optimizer's saving).
+  int64_t state_bytes() const { return state_bytes_; }
+  int64_t unsharded_state_bytes() const { return unsharded_bytes_; }
+
+ private:
+  double global_norm();
+  void update(double lr);
+  void write_back();
+
+  std::vector<MasterParam> params_;
+  torch::Tensor flat_grads_;
+  std::vector<int64_t> offsets_;
+  OptimizerConfig cfg_;
+  comm::ProcessGroup *tp_, *dp_;
+  // One entry per master tensor: a whole parameter, or the piece of it inside this shard.
+  struct Segment {
+    size_t param;
+    int64_t start, length;  // range inside the parameter (flattened)
+    torch::Tensor master, grad, m, v;
+  };
+  std::vector<Segment> segments_;
+  torch::Tensor master_shard_;  // distributed: this rank's fp32 masters, flat
+  int64_t shard_start_ = 0, shard_size_ = 0;
+  int64_t steps_ = 0;
+  int64_t state_bytes_ = 0, unsharded_bytes_ = 0;
+};
+
+}  // namespace me::optim

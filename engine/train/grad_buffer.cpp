@@ -1,0 +1,79 @@
+#include "engine/train/grad_buffer.h"
+
+#include "engine/core/error.h"
+
+namespace me::train {
+
+GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb,
+                       bool shard_reduce)
+    : params_(params), dp_(dp && dp->size() > 1 ? dp : nullptr), shard_reduce_(shard_reduce),
+      alive_(std::make_shared<bool>(true)) {
+  dp_size_ = dp_ ? dp_->size() : 1;
+  dp_rank_ = dp_ ? dp_->rank() : 0;
+  // Buckets are filled in reverse parameter order: backward produces the last layers' grads
+  // first, so the first buckets complete (and start communicating) earliest.
+  const int64_t bucket_elems = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
+  int64_t total = 0;
+  offsets_.resize(params_.size());
+  bucket_of_.resize(params_.size());
+  for (size_t k = params_.size(); k-- > 0;) {
+    offsets_[k] = total;
+    if (buckets_.empty() || buckets_.back().length >= bucket_elems) buckets_.push_back({total, 0});
+    buckets_.back().length += params_[k].numel();
+    buckets_.back().size += 1;
+    bucket_of_[k] = buckets_.size() - 1;
+    total += params_[k].numel();
+  }
+  const int64_t padded = (total + dp_size_ - 1) / dp_size_ * dp_size_;
+  flat_ = torch::zeros({padded}, torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device()));
+  if (padded > total) buckets_.back().length += padded - total;  // the padding travels with the last bucket
+
+  std::weak_ptr<bool> alive = alive_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].register_hook([this, i, alive](torch::Tensor g) {
+      if (alive.lock()) on_grad(i, g);
+      return torch::Tensor();
+    });
+  }
+}
+
+GradBuffer::~GradBuffer() { *alive_ = false; }
+
+torch::Tensor GradBuffer::view(size_t i) const { return flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]); }
+
+void GradBuffer::zero() { flat_.zero_(); }
+
+void GradBuffer::begin_micro_batch(bool last) {
+  last_ = last;
+  for (auto& b : buckets_) b.pending = b.size;
+}
+
+void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
+  view(i).add_(g.to(torch::kFloat));
+  auto& b = buckets_[bucket_of_[i]];
+  if (--b.pending == 0 && last_ && dp_ && !shard_reduce_) {
+    auto slice = flat_.narrow(0, b.start, b.length);
+    b.work = dp_->all_reduce(slice, comm::ReduceOp::avg, /*async=*/true);
+  }
+}
+
+void GradBuffer::finish() {
+  if (!dp_) return;
+  if (shard_reduce_) {
+    auto shard = flat_.narrow(0, shard_start(), shard_size());
+    auto reduced = torch::empty_like(shard);
+    dp_->reduce_scatter(reduced, flat_, comm::ReduceOp::avg);
+    shard.copy_(reduced);
+    return;
+  }
+  for (auto& b : buckets_) {
+    if (!b.work) {  // a bucket whose params got no gradient: reduce it now
+      auto slice = flat_.narrow(0, b.start, b.length);
+      b.work = dp_->all_reduce(slice, comm::ReduceOp::avg, true);
+    }
+    b.work->wait();
+    b.work.reset();
+  }
+}
+
+}  // namespace me::train

@@ -1,0 +1,56 @@
+// Data-parallel gradients: one flat fp32 "main grad" buffer over this rank's parameters,
+// filled by a hook per parameter (so micro-batches accumulate in fp32 whatever the parameter
+// dtype), split into buckets that are averaged over the data-parallel group as soon as their
+// last gradient of the last micro-batch arrives, overlapping with the rest of backward.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/comm/process_group.h"
+
+namespace me::train {
+
+class GradBuffer {
+ public:
+  // `dp` may be null (no data parallelism). With `shard_reduce` (distributed optimizer) the
+  // buffer is reduce-scattered at finish() instead: each rank then holds the averaged grads
+  // of its shard only. The flat size is padded to a multiple of the dp size.
+  GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb, bool shard_reduce);
+  ~GradBuffer();
+
+  void zero();
+  // Arms the hooks for one micro-batch; on the last one, full buckets start their reduction.
+  void begin_micro_batch(bool last);
+  // Waits for every reduction: after it the buffer (or this rank's shard) holds dp-averaged grads.
+  void finish();
+
+  const torch::Tensor& flat() const { return flat_; }
+  torch::Tensor view(size_t i) const;  // param i's main grad, shaped like the param
+  int64_t offset(size_t i) const { return offsets_[i]; }
+  int64_t numel() const { return flat_.numel(); }
+  int64_t shard_size() const { return flat_.numel() / dp_size_; }
+  int64_t shard_start() const { return shard_size() * dp_rank_; }
+
+ private:
+  void on_grad(size_t i, const torch::Tensor& g);
+  struct Bucket {
+    int64_t start, length;
+    int pending = 0, size = 0;  // params not yet seen this micro-batch / params in the bucket
+    comm::WorkPtr work;
+  };
+
+  std::vector<torch::Tensor> params_;
+  std::vector<int64_t> offsets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<Bucket> buckets_;
+  torch::Tensor flat_;
+  comm::ProcessGroup* dp_;
+  int dp_size_ = 1, dp_rank_ = 0;
+  bool shard_reduce_, last_ = false;
+  std::vector<torch::Tensor> hooked_;  // keeps the hook registrations' params
+  std::shared_ptr<bool> alive_;       // hooks outliving the buffer do nothing
+};
+
+}  // namespace me::train
