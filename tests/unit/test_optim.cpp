@@ -107,3 +107,23 @@ TEST_CASE("LR schedule validation", "[optim]") {
   CHECK_THROWS_WITH(LRSchedule::parse_kind("cosin"), Catch::Contains("unknown schedule 'cosin'"));
   CHECK(LRSchedule::parse_kind("inverse-square-root") == LRSchedule::Kind::inverse_sqrt);
 }
+
+TEST_CASE("LR schedule counted in samples, with the seed recipe's numbers", "[optim]") {
+  // 39B recipe: lr 6e-5 cosine, min 6e-6 (Megatron's default 10%), warmup 183,105 samples,
+  // decay over 126,953,125 samples; train 146,484,375 samples at global batch 288.
+  LRSchedule s;
+  s.kind = LRSchedule::Kind::cosine;
+  s.max_lr = 6e-5;
+  s.min_lr = 6e-6;
+  s.warmup = 183105;
+  s.decay = 126953125;
+  s.validate();
+  CHECK(s.lr(288) == Approx(6e-5 * 288.0 / 183105.0).epsilon(1e-12));
+  CHECK(s.lr(183105) == Approx(6e-5));
+  const int64_t mid = 183105 + (126953125 - 183105) / 2;
+  CHECK(s.lr(mid) == Approx(6e-6 + 0.5 * (6e-5 - 6e-6) * (std::cos(M_PI * 0.5) + 1.0)).epsilon(1e-9));
+  CHECK(s.lr(126953125) == Approx(6e-6));
+  CHECK(s.lr(146484375) == Approx(6e-6));  // past the decay: min lr to the end
+  const int64_t iterations = (146484375 + 287) / 288;
+  CHECK(iterations == 508627);  // 508,626.3 rounded up: the last iteration is partial in samples
+}

@@ -1,0 +1,23 @@
+-- A small training run whose per-step losses (the global-batch mean) rank 0 writes to
+-- $ME_LOSS_FILE: tests/cli/dp_equivalence.sh runs it under several layouts and compares.
+local me = require "megaengine"
+local out = os.getenv("ME_LOSS_FILE")
+local rank = tonumber(os.getenv("RANK") or "0")
+local file = (rank == 0 and out) and assert(io.open(out, "w"))
+return me.recipe {
+  name = "equivalence",
+  seed = 7,
+  model = me.model.gpt { vocab = 256, seq = 32, layers = 2, hidden = 64, heads = 4 },
+  data = me.data.text { path = me.asset "moby-dick.txt" },
+  batch = { micro = 2, global = 8 },
+  optimizer = me.optim.adamw { lr = 2e-3, weight_decay = 0.1, clip = 1.0 },
+  schedule = me.schedule.cosine { warmup_iters = 5, min_lr = 1e-4 },
+  train = { iters = 20, log_interval = 1, eval_iters = 0 },
+  comm = { timeout_s = 60 },
+  on_log = function(r)
+    if file then
+      file:write(("%.9g %.9g\n"):format(r.loss, r.grad_norm))
+      file:flush()
+    end
+  end,
+}
