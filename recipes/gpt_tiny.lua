@@ -11,6 +11,6 @@ return me.recipe {
   batch = { micro = 16 },
   optimizer = me.optim.adamw { lr = 3e-3, betas = { 0.9, 0.95 }, weight_decay = 0.1, clip = 1.0 },
   schedule = me.schedule.cosine { warmup_iters = 50, min_lr = 3e-4 },
-  train = { iters = 1000, log_interval = 50, eval_interval = 250, eval_iters = 20 },
+  train = { iters = 700, log_interval = 50, eval_interval = 350, eval_iters = 20 },
   sample = { prompt = "Call me Ishmael. ", tokens = 300, top_k = 5, temperature = 0.8 },
 }

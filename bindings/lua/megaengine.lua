@@ -257,9 +257,10 @@ local recipe_defaults = {
   name = "run", device = "cpu", seed = 1234, precision = "fp32",  -- fp32 | bf16
   model = false, data = false, optimizer = false, schedule = false,  -- filled below
   batch = { micro = 8, global = 0 },  -- global 0: micro x data-parallel size
-  parallel = { tp = 1, pp = 1, sequence_parallel = false, distributed_optimizer = false, bucket_mb = 25 },
-  comm = { backend = "auto", timeout_s = 600, heartbeat_s = 1 },
-  train = { iters = 100, samples = 0, log_interval = 10, eval_interval = 0, eval_iters = 10, peak_tflops = 0 },
+  -- Real-valued fields have real defaults (25.0, not 25): an override's type follows the default.
+  parallel = { tp = 1, pp = 1, sequence_parallel = false, distributed_optimizer = false, bucket_mb = 25.0 },
+  comm = { backend = "auto", timeout_s = 600.0, heartbeat_s = 1.0 },
+  train = { iters = 100, samples = 0, log_interval = 10, eval_interval = 0, eval_iters = 10, peak_tflops = 0.0 },
   sample = { prompt = "\n", tokens = 0, top_k = 1, temperature = 1.0 },
   log = { level = "info" },
   on_log = false,  -- function(record) called at every log interval

@@ -59,17 +59,29 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   return ncclSum;
 }
 
-// Completion of one collective: an event recorded on the stream right after it.
+// Completion of one collective: an event recorded on the stream right after it, owned
+// jointly by the Work handed to the caller and the group's in-flight list (the monitor
+// retires the list's entry when it completes; a caller may still wait on it later).
+struct CudaEvent {
+  cudaEvent_t event = nullptr;
+  CudaEvent() { ME_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~CudaEvent() { cudaEventDestroy(event); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+};
+
 class NcclWork : public Work {
  public:
-  explicit NcclWork(cudaEvent_t ev) : event_(ev) {}
+  explicit NcclWork(std::shared_ptr<CudaEvent> ev) : event_(std::move(ev)) {}
   // Orders the caller's current stream after the collective; the host does not block. A
   // collective that never completes is caught by the group's monitor thread instead.
-  void wait() override { ME_CUDA(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream().stream(), event_, 0), "wait"); }
-  bool is_completed() override { return cudaEventQuery(event_) == cudaSuccess; }
+  void wait() override {
+    ME_CUDA(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream().stream(), event_->event, 0), "wait");
+  }
+  bool is_completed() override { return cudaEventQuery(event_->event) == cudaSuccess; }
 
  private:
-  cudaEvent_t event_;  // owned by the group's in-flight list
+  std::shared_ptr<CudaEvent> event_;
 };
 
 class NcclGroup : public ProcessGroup {
@@ -101,7 +113,7 @@ class NcclGroup : public ProcessGroup {
     }
     cv_.notify_all();
     if (monitor_.joinable()) monitor_.join();
-    for (auto& f : inflight_) cudaEventDestroy(f.event);
+    inflight_.clear();
     if (comm_) ncclCommDestroy(comm_);
   }
 
@@ -156,7 +168,7 @@ class NcclGroup : public ProcessGroup {
 
  private:
   struct InFlight {
-    cudaEvent_t event;
+    std::shared_ptr<CudaEvent> event;
     int64_t seq;
     const char* op;
     std::chrono::steady_clock::time_point started;
@@ -169,9 +181,8 @@ class NcclGroup : public ProcessGroup {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
     ME_NCCL(call(stream), cat(op, " on group '", name(), "'"));
-    cudaEvent_t ev;
-    ME_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-    ME_CUDA(cudaEventRecord(ev, stream), "cudaEventRecord");
+    auto ev = std::make_shared<CudaEvent>();
+    ME_CUDA(cudaEventRecord(ev->event, stream), "cudaEventRecord");
     std::lock_guard<std::mutex> lock(mutex_);
     inflight_.push_back({ev, collectives_started(), op, std::chrono::steady_clock::now()});
     return std::make_shared<NcclWork>(ev);
@@ -184,10 +195,7 @@ class NcclGroup : public ProcessGroup {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
-      while (!inflight_.empty() && cudaEventQuery(inflight_.front().event) == cudaSuccess) {
-        cudaEventDestroy(inflight_.front().event);
-        inflight_.pop_front();
-      }
+      while (!inflight_.empty() && cudaEventQuery(inflight_.front().event->event) == cudaSuccess) inflight_.pop_front();
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       const bool overdue = !inflight_.empty() && std::chrono::steady_clock::now() - inflight_.front().started > timeout_;

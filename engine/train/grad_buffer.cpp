@@ -2,6 +2,12 @@
 
 #include "engine/core/error.h"
 
+#if ME_TORCH_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace me::train {
 
 GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb,
@@ -53,6 +59,22 @@ void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
   auto& b = buckets_[bucket_of_[i]];
   if (--b.pending == 0 && last_ && dp_ && !shard_reduce_) {
     auto slice = flat_.narrow(0, b.start, b.length);
+#if ME_TORCH_HAS_CUDA
+    if (flat_.is_cuda()) {
+      // On a side stream, so the rest of backward runs meanwhile; that stream first waits for
+      // everything queued so far on this one (the bucket's gradients). finish() makes the
+      // compute stream wait for the reductions.
+      if (!comm_stream_)
+        comm_stream_ = std::make_shared<c10::cuda::CUDAStream>(
+            c10::cuda::getStreamFromPool(/*isHighPriority=*/true, flat_.device().index()));
+      at::cuda::CUDAEvent ready;
+      ready.record();
+      ready.block(*comm_stream_);
+      c10::cuda::CUDAStreamGuard guard(*comm_stream_);
+      b.work = dp_->all_reduce(slice, comm::ReduceOp::avg, /*async=*/true);
+      return;
+    }
+#endif
     b.work = dp_->all_reduce(slice, comm::ReduceOp::avg, /*async=*/true);
   }
 }

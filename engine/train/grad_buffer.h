@@ -10,6 +10,10 @@
 
 #include "engine/comm/process_group.h"
 
+namespace c10::cuda {
+class CUDAStream;
+}
+
 namespace me::train {
 
 class GradBuffer {
@@ -51,6 +55,7 @@ class GradBuffer {
   bool shard_reduce_, last_ = false;
   std::vector<torch::Tensor> hooked_;  // keeps the hook registrations' params
   std::shared_ptr<bool> alive_;       // hooks outliving the buffer do nothing
+  std::shared_ptr<c10::cuda::CUDAStream> comm_stream_;  // GPU: where bucket reductions run
 };
 
 }  // namespace me::train

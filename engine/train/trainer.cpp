@@ -256,6 +256,9 @@ Summary Trainer::run() {
   s.iterations = iteration_;
   s.skipped = skipped_;
   s.tokens_per_s = total_ms > 0 ? tokens_per_step * static_cast<double>(iteration_) * 1000.0 / total_ms : 0;
+  if (const auto mem = compat::cuda_memory(); mem.peak > 0 && is_logging_rank())
+    log::info("peak GPU memory on rank 0: ", mem.peak / 1048576, " MiB allocated by tensors; ", s.tokens_per_s,
+              " tokens/s over the whole run");
   if (spec_.sample.tokens > 0) {
     s.sample = sample(spec_.sample.prompt, spec_.sample.tokens, spec_.sample.top_k, spec_.sample.temperature);
     if (is_logging_rank()) log::info("sample (", spec_.sample.tokens, " tokens, top_k ", spec_.sample.top_k, "):\n", s.sample);
