@@ -8,7 +8,7 @@ mode=$1 regex=$2
 shift 3
 # Every process the command starts inherits this token, so survivors can be found exactly.
 token="me-expect-$$-$RANDOM$RANDOM"
-out=$(ME_EXPECT_TOKEN=$token timeout 100 "$@" 2>&1)
+out=$(ME_EXPECT_TOKEN=$token timeout "${EXPECT_TIMEOUT:-250}" "$@" 2>&1)
 rc=$?
 flat=$(printf '%s' "$out" | tr '\n' ' ')
 problem=""
