@@ -33,16 +33,22 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWConfig cfg) : groups_(std::mov
   }
 }
 
-void adamw_update(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& m, torch::Tensor& v, double lr,
-                  double weight_decay, const AdamWConfig& cfg, int64_t step) {
+void adamw_update(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                  std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v, double lr, double weight_decay,
+                  const AdamWConfig& cfg, int64_t step) {
+  if (params.empty()) return;
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
   // Decoupled decay: shrink the weight itself, not the gradient.
-  if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
-  m.mul_(cfg.beta1).add_(grad, 1.0 - cfg.beta1);
-  v.mul_(cfg.beta2).addcmul_(grad, grad, 1.0 - cfg.beta2);
-  auto denom = (v.sqrt() / std::sqrt(bc2)).add_(cfg.eps);
-  p.addcdiv_(m, denom, -lr / bc1);
+  if (weight_decay != 0.0) at::_foreach_mul_(params, 1.0 - lr * weight_decay);
+  at::_foreach_mul_(m, cfg.beta1);
+  at::_foreach_add_(m, grads, 1.0 - cfg.beta1);
+  at::_foreach_mul_(v, cfg.beta2);
+  at::_foreach_addcmul_(v, grads, grads, 1.0 - cfg.beta2);
+  auto denom = at::_foreach_sqrt(v);
+  at::_foreach_div_(denom, std::sqrt(bc2));
+  at::_foreach_add_(denom, cfg.eps);
+  at::_foreach_addcdiv_(params, m, denom, -lr / bc1);
 }
 
 void AdamW::step(double lr) {
@@ -50,16 +56,21 @@ void AdamW::step(double lr) {
   ++step_;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const auto& g = groups_[gi];
+    // The update runs in fp32 (or fp64); a bf16/fp16 parameter gets the result rounded once.
+    std::vector<torch::Tensor> masters, grads, m, v, rounded;
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
       auto p = g.params[pi];
       if (!p.grad().defined()) continue;
-      // The update runs in fp32 (or fp64); a bf16/fp16 parameter gets the result rounded once.
       const bool exact = p.scalar_type() == torch::kFloat || p.scalar_type() == torch::kDouble;
-      auto master = exact ? p : p.to(torch::kFloat);
-      adamw_update(master, p.grad().to(master.scalar_type()), exp_avg_[gi][pi], exp_avg_sq_[gi][pi], lr,
-                   g.weight_decay, cfg_, step_);
-      if (!exact) p.copy_(master);
+      masters.push_back(exact ? p : p.to(torch::kFloat));
+      grads.push_back(p.grad().to(masters.back().scalar_type()));
+      m.push_back(exp_avg_[gi][pi]);
+      v.push_back(exp_avg_sq_[gi][pi]);
+      rounded.push_back(exact ? torch::Tensor() : p);
     }
+    adamw_update(masters, grads, m, v, lr, g.weight_decay, cfg_, step_);
+    for (size_t k = 0; k < masters.size(); ++k)
+      if (rounded[k].defined()) rounded[k].copy_(masters[k]);
   }
 }
 

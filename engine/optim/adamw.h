@@ -20,10 +20,13 @@ struct ParamGroup {
   double weight_decay = 0.0;
 };
 
-// One AdamW update of an fp32 tensor `p` (the master) from its fp32 gradient, with moments m
-// and v, at optimizer step `step` (1 = first). Shared by AdamW and MasterOptimizer.
-void adamw_update(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& m, torch::Tensor& v, double lr,
-                  double weight_decay, const AdamWConfig& cfg, int64_t step);
+// One AdamW update of fp32 tensors `params` (masters) from their fp32 gradients, with moments
+// m and v, at optimizer step `step` (1 = first), as multi-tensor (_foreach) kernels: a handful
+// of launches for the whole list instead of several per tensor. Shared by AdamW and
+// MasterOptimizer.
+void adamw_update(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                  std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v, double lr, double weight_decay,
+                  const AdamWConfig& cfg, int64_t step);
 
 // Megatron's rule: matrices and embeddings decay; biases and norm weights (1-D) do not.
 std::vector<ParamGroup> decay_groups(const std::vector<torch::Tensor>& params, double weight_decay);

@@ -55,9 +55,11 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
 double MasterOptimizer::global_norm() {
   // Sum of squares over this rank's gradients, counting TP-replicated parameters once, then
   // summed over the ranks that hold different pieces: TP always, DP when grads are sharded.
-  auto sq = torch::zeros({1}, flat_grads_.options());
+  std::vector<torch::Tensor> counted;
   for (const auto& s : segments_)
-    if (params_[s.param].count_in_norm) sq += s.grad.pow(2).sum();
+    if (params_[s.param].count_in_norm) counted.push_back(s.grad);
+  auto sq = counted.empty() ? torch::zeros({1}, flat_grads_.options())
+                            : torch::stack(at::_foreach_norm(counted, 2)).pow(2).sum().reshape({1});
   if (tp_) tp_->all_reduce(sq, comm::ReduceOp::sum);
   if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
   return std::sqrt(sq.item<double>());
@@ -65,15 +67,26 @@ double MasterOptimizer::global_norm() {
 
 void MasterOptimizer::update(double lr) {
   ++steps_;
-  for (auto& s : segments_) {
-    const double wd = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
-    if (cfg_.kind == "sgd") {  // SGD with momentum; weight decay added to the gradient
+  if (cfg_.kind == "sgd") {  // SGD with momentum; weight decay added to the gradient
+    for (auto& s : segments_) {
+      const double wd = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
       auto g = wd != 0.0 ? s.grad + wd * s.master : s.grad;
       s.m.mul_(cfg_.momentum).add_(g);
       s.master.add_(s.m, -lr);
-      continue;
     }
-    adamw_update(s.master, s.grad, s.m, s.v, lr, wd, cfg_.adam, steps_);
+    return;
+  }
+  // AdamW as multi-tensor kernels, one list per weight-decay class.
+  for (const bool decay : {true, false}) {
+    std::vector<torch::Tensor> p, g, m, v;
+    for (auto& s : segments_) {
+      if (params_[s.param].decay != decay) continue;
+      p.push_back(s.master);
+      g.push_back(s.grad);
+      m.push_back(s.m);
+      v.push_back(s.v);
+    }
+    adamw_update(p, g, m, v, lr, decay ? cfg_.adam.weight_decay : 0.0, cfg_.adam, steps_);
   }
 }
 
@@ -101,7 +114,9 @@ double MasterOptimizer::step(double lr) {
   if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
   if (cfg_.clip > 0 && norm > cfg_.clip) {
     const double coeff = cfg_.clip / (norm + 1e-6);
-    for (auto& s : segments_) s.grad.mul_(coeff);
+    std::vector<torch::Tensor> grads;
+    for (auto& s : segments_) grads.push_back(s.grad);
+    at::_foreach_mul_(grads, coeff);
   }
   update(lr);
   write_back();
