@@ -254,7 +254,7 @@ end
 
 local Recipe = spec_meta("recipe")
 local recipe_defaults = {
-  name = "run", device = "cpu", seed = 1234, precision = "fp32",  -- fp32 | bf16
+  name = "run", device = "cpu", seed = 1234, precision = "fp32",  -- fp32 | bf16 | fp16 (loss-scaled)
   model = false, data = false, optimizer = false, schedule = false,  -- filled below
   batch = { micro = 8, global = 0 },  -- global 0: micro x data-parallel size
   -- Real-valued fields have real defaults (25.0, not 25): an override's type follows the default.

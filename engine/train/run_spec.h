@@ -62,12 +62,15 @@ struct LogRecord {
   int64_t iteration = 0, iters = 0, consumed_samples = 0, global_batch = 0, skipped = 0, nan = 0;
   double lr = 0, loss = 0, grad_norm = 0, ms_per_iter = 0, tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;
   double val_loss = -1;  // < 0 when no evaluation ran at this iteration
+  double loss_scale = 0;  // fp16 only
 };
 
 struct RunSpec {
   std::string name = "run";
   std::string device = "cpu";
-  std::string precision = "fp32";  // fp32 | bf16 (bf16 weights and activations, fp32 masters and grads)
+  // fp32 | bf16 | fp16: low-precision weights and activations with fp32 masters and grads;
+  // fp16 adds dynamic loss scaling.
+  std::string precision = "fp32";
   uint64_t seed = 1234;
   model::TransformerConfig model;
   DataSpec data;

@@ -36,8 +36,9 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ME_CHECK(t.global_batch >= 0, "batch.global must be >= 0 (0: micro x data-parallel size), got ", t.global_batch);
   ME_CHECK(t.log_interval > 0, "train.log_interval must be a positive integer, got ", t.log_interval);
   ME_CHECK(t.eval_interval >= 0 && t.eval_iters >= 0, "train.eval_interval and train.eval_iters must be >= 0");
-  ME_CHECK(spec_.precision == "fp32" || spec_.precision == "bf16", "precision must be fp32 or bf16, got '",
-           spec_.precision, "'");
+  ME_CHECK(spec_.precision == "fp32" || spec_.precision == "bf16" || spec_.precision == "fp16",
+           "precision must be fp32, bf16 or fp16, got '", spec_.precision, "'");
+  if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   ME_CHECK(spec_.data.kind == "text", "data kind '", spec_.data.kind, "' is not available yet: use me.data.text");
   ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
   ME_CHECK(par.pp == 1, "parallel.pp = ", par.pp, ": pipeline parallelism is not available yet; set parallel.pp=1");
@@ -82,7 +83,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   tp.sequence_parallel = par.sequence_parallel;
   model_ = model::Transformer(spec_.model, tp);
   model_->reset_parameters(spec_.seed);
-  model_->to(device_, spec_.precision == "bf16" ? torch::kBFloat16 : torch::kFloat);
+  model_->to(device_, spec_.precision == "bf16" ? torch::kBFloat16 : spec_.precision == "fp16" ? torch::kHalf : torch::kFloat);
   params_ = model_->parameters();
 
   std::vector<optim::MasterParam> masters;
@@ -130,7 +131,7 @@ StepResult Trainer::step() {
     grads_->begin_micro_batch(m == accumulation_ - 1);
     auto loss = model_->loss(tokens.narrow(0, m * micro, micro), labels.narrow(0, m * micro, micro)) /
                 static_cast<double>(accumulation_);
-    loss.backward();
+    (scaler_ ? loss * scaler_->scale() : loss).backward();
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
     loss_sum += loss.detach().to(torch::kFloat);
   }
@@ -146,6 +147,7 @@ StepResult Trainer::step() {
   grads_->finish();
   if (sp && !spec_.parallel.distributed_optimizer) reduce_sequence_parallel();
   if (groups_ && dp_ > 1) groups_->dp->all_reduce(loss_sum, comm::ReduceOp::avg);
+  if (scaler_) grads_->flat().div_(scaler_->scale());  // unscale before the norm and the update
 
   StepResult r;
   r.iteration = ++iteration_;
@@ -154,10 +156,11 @@ StepResult Trainer::step() {
   r.grad_norm = optimizer_->step(r.lr);
   // A NaN/Inf gradient would poison the weights and every later step: skipped and counted.
   r.skipped = !std::isfinite(r.grad_norm);
+  if (scaler_) scaler_->update(r.skipped);  // fp16 overflows are expected now and then: no warning
   if (r.skipped) {
     ++skipped_;
     if (std::isnan(r.grad_norm)) ++nan_;
-    log::warn("iteration ", iteration_, ": gradient norm is ", r.grad_norm, ", update skipped");
+    if (!scaler_) log::warn("iteration ", iteration_, ": gradient norm is ", r.grad_norm, ", update skipped");
   }
   r.loss = loss_sum.item<double>();  // the step's one host synchronisation
   r.ms = now_ms() - t0;
@@ -191,7 +194,9 @@ void Trainer::log_line(const LogRecord& r) const {
                         static_cast<long long>(r.global_batch), r.loss, r.grad_norm, static_cast<long long>(r.skipped),
                         static_cast<long long>(r.nan), r.tokens_per_s, r.tflops_per_gpu);
   if (r.mfu > 0 && n > 0 && n < static_cast<int>(sizeof line))
-    std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " | MFU: %.1f%%", 100.0 * r.mfu);
+    n += std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " | MFU: %.1f%%", 100.0 * r.mfu);
+  if (r.loss_scale > 0 && n > 0 && n < static_cast<int>(sizeof line))
+    std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " | loss scale: %.1f", r.loss_scale);
   log::info(line);
   if (r.val_loss >= 0) {
     std::snprintf(line, sizeof line, " validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.3f",
@@ -243,6 +248,7 @@ Summary Trainer::run() {
     rec.tokens_per_s = tokens_per_step * 1000.0 / rec.ms_per_iter;
     rec.tflops_per_gpu = flops_per_iteration_ / (rec.ms_per_iter / 1000.0) / world / 1e12;
     if (t.peak_tflops > 0) rec.mfu = rec.tflops_per_gpu / t.peak_tflops;
+    if (scaler_) rec.loss_scale = scaler_->scale();
     const bool eval_now = t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == iters_);
     if (eval_now) s.val_loss = rec.val_loss = evaluate();
     if (s.iterations == 0) s.first_loss = rec.loss;  // the first logged (window-mean) loss

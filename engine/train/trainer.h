@@ -12,6 +12,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/data/byte_text.h"
 #include "engine/model/transformer.h"
+#include "engine/optim/loss_scaler.h"
 #include "engine/optim/master_optimizer.h"
 #include "engine/train/grad_buffer.h"
 #include "engine/train/run_spec.h"
@@ -62,6 +63,7 @@ class Trainer {
   model::Transformer model_{nullptr};
   std::unique_ptr<GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;
+  std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::vector<torch::Tensor> params_;
   std::vector<size_t> sequence_parallel_params_;
   std::mt19937_64 rng_;

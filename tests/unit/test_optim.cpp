@@ -127,3 +127,29 @@ TEST_CASE("LR schedule counted in samples, with the seed recipe's numbers", "[op
   const int64_t iterations = (146484375 + 287) / 288;
   CHECK(iterations == 508627);  // 508,626.3 rounded up: the last iteration is partial in samples
 }
+
+#include "engine/optim/loss_scaler.h"
+
+TEST_CASE("dynamic loss scaling: backoff after hysteresis, growth after clean steps", "[optim]") {
+  me::optim::LossScaler s(1024.0, 1.0, /*growth_interval=*/3, /*hysteresis=*/2);
+  CHECK(s.scale() == 1024.0);
+  s.update(true);  // first overflow: hysteresis absorbs it
+  CHECK(s.scale() == 1024.0);
+  s.update(true);  // second: halve
+  CHECK(s.scale() == 512.0);
+  s.update(true);  // hysteresis stays spent until a growth resets it
+  CHECK(s.scale() == 256.0);
+  s.update(false);
+  s.update(false);
+  CHECK(s.scale() == 256.0);
+  s.update(false);  // third clean step in a row: double, hysteresis restored
+  CHECK(s.scale() == 512.0);
+  s.update(true);
+  CHECK(s.scale() == 512.0);
+  s.update(false);  // an overflow resets the clean-step count
+  s.update(false);
+  CHECK(s.scale() == 512.0);
+  me::optim::LossScaler floor(2.0, 1.0, 1000, 1);
+  for (int i = 0; i < 5; ++i) floor.update(true);
+  CHECK(floor.scale() == 1.0);  // never below the minimum
+}
