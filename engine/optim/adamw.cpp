@@ -80,20 +80,4 @@ void AdamW::zero_grad() {
       if (p.grad().defined()) p.grad().zero_();
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> norms;
-  for (const auto& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().to(torch::kFloat).norm(2));
-  if (norms.empty()) return 0.0;
-  const double total = torch::stack(norms).norm(2).item<double>();
-  if (max_norm > 0 && std::isfinite(total)) {
-    const double coeff = max_norm / (total + 1e-6);
-    if (coeff < 1.0)
-      for (const auto& p : params)
-        if (p.grad().defined()) p.grad().mul_(coeff);
-  }
-  return total;
-}
-
 }  // namespace me::optim

@@ -48,9 +48,7 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-// Scales all gradients so their global L2 norm is at most max_norm (no-op when max_norm <= 0)
-// and returns the norm before clipping, as Megatron reports it. Non-finite norms are returned
-// as they are and nothing is scaled: the caller decides to skip the step.
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// Gradient clipping over the global norm lives in MasterOptimizer, which knows the TP/DP groups.
+
 
 }  // namespace me::optim

@@ -14,6 +14,7 @@
 
 #include "engine/core/error.h"
 #include "engine/data/gpt_dataset.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace me::data;
 using Catch::Contains;
@@ -21,17 +22,6 @@ namespace fs = std::filesystem;
 using Range = std::pair<size_t, size_t>;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/me_gptds_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 // Sequence lengths in [0, 300): deterministic, with a few empty sequences.
 std::vector<size_t> lengths(size_t n, uint32_t salt = 0) {

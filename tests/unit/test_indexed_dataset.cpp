@@ -14,6 +14,7 @@
 
 #include "engine/core/error.h"
 #include "engine/data/indexed_dataset.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace me::data;
 using Catch::Contains;
@@ -22,18 +23,6 @@ using Tokens = std::vector<int64_t>;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under /tmp, removed with everything in it at scope exit.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/me_indexed_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 void write_file(const std::string& path, const Bytes& b) {
   std::ofstream f(path, std::ios::binary);

@@ -4,6 +4,7 @@
 
 #include "engine/optim/adamw.h"
 #include "engine/optim/lr_schedule.h"
+#include "engine/optim/master_optimizer.h"
 
 using me::optim::LRSchedule;
 
@@ -48,20 +49,90 @@ TEST_CASE("AdamW: a varying gradient, checked against the update formula", "[opt
   CHECK(w.item<double>() == Approx(expected).epsilon(1e-9));
 }
 
-TEST_CASE("clip_grad_norm returns the global norm and scales to max_norm", "[optim]") {
-  auto a = torch::zeros({2}).requires_grad_(true);
-  auto b = torch::zeros({1}).requires_grad_(true);
-  a.mutable_grad() = torch::tensor({3.0f, 0.0f});
-  b.mutable_grad() = torch::tensor({4.0f});
-  CHECK(me::optim::clip_grad_norm({a, b}, 1.0) == Approx(5.0));
-  CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));
-  CHECK(b.grad()[0].item<double>() == Approx(0.8).epsilon(1e-5));
-  // Below the threshold nothing changes; max_norm 0 turns clipping off.
-  CHECK(me::optim::clip_grad_norm({a, b}, 10.0) == Approx(1.0).epsilon(1e-5));
-  CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));
-  b.mutable_grad() = torch::tensor({std::nanf("")});
-  CHECK(std::isnan(me::optim::clip_grad_norm({a, b}, 1.0)));
-  CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));  // untouched on NaN
+namespace {
+// A MasterOptimizer over fp32 parameters whose gradients sit in one flat buffer, as the trainer
+// builds it (no TP/DP groups).
+struct Flat {
+  std::vector<me::optim::MasterParam> params;
+  torch::Tensor grads;
+  std::vector<int64_t> offsets;
+  Flat(std::vector<me::optim::MasterParam> p, std::vector<float> g) : params(std::move(p)) {
+    grads = torch::tensor(g);
+    int64_t off = 0;
+    for (auto& mp : params) {
+      offsets.push_back(off);
+      off += mp.param.numel();
+    }
+  }
+  me::optim::MasterOptimizer make(me::optim::OptimizerConfig cfg) {
+    return me::optim::MasterOptimizer(params, grads, offsets, cfg, nullptr, nullptr);
+  }
+};
+}  // namespace
+
+TEST_CASE("the trainer's optimizer: AdamW two steps against hand-computed values", "[optim]") {
+  // The numbers of the first AdamW test, through MasterOptimizer (what training runs): the
+  // matrix decays, the bias does not; clipping is off.
+  auto w = torch::tensor({1.0f, -2.0f}).reshape({2, 1});
+  auto b = torch::tensor({1.0f});
+  Flat f({{w, true, true}, {b, false, true}}, {0.5f, -0.1f, 0.5f});
+  me::optim::OptimizerConfig cfg;
+  cfg.adam = {0.9, 0.999, 1e-8, 0.1};
+  cfg.clip = 0;
+  auto opt = f.make(cfg);
+  opt.step(0.1);
+  CHECK(w[0][0].item<double>() == Approx(0.89).margin(1e-6));
+  CHECK(w[1][0].item<double>() == Approx(-1.88).margin(1e-6));
+  CHECK(b[0].item<double>() == Approx(0.9).margin(1e-6));
+  opt.step(0.1);
+  CHECK(w[0][0].item<double>() == Approx(0.7811).margin(1e-6));
+  CHECK(w[1][0].item<double>() == Approx(-1.7612).margin(1e-6));
+  CHECK(b[0].item<double>() == Approx(0.8).margin(1e-6));
+}
+
+TEST_CASE("the trainer's optimizer: global-norm clipping, replicated parameters counted once", "[optim]") {
+  // grads (3, 0) and (4): norm 5, clipped to 1 -> scaled by 1/5 (SGD, lr 1, no momentum, so the
+  // update is exactly minus the clipped gradient).
+  auto a = torch::zeros({2});
+  auto c = torch::zeros({1});
+  me::optim::OptimizerConfig sgd;
+  sgd.kind = "sgd";
+  sgd.momentum = 0;
+  sgd.adam.weight_decay = 0;
+  sgd.clip = 1.0;
+  {
+    Flat f({{a, false, true}, {c, false, true}}, {3.0f, 0.0f, 4.0f});
+    auto opt = f.make(sgd);
+    CHECK(opt.step(1.0) == Approx(5.0));
+    CHECK(a[0].item<double>() == Approx(-0.6).epsilon(1e-5));
+    CHECK(c[0].item<double>() == Approx(-0.8).epsilon(1e-5));
+  }
+  // A parameter replicated over TP and held by a TP rank > 0 does not count in the norm (its
+  // gradient is the same on every TP rank), but is still clipped and updated.
+  a.zero_();
+  c.zero_();
+  {
+    Flat f({{a, false, true}, {c, false, false}}, {3.0f, 0.0f, 4.0f});
+    auto opt = f.make(sgd);
+    CHECK(opt.step(1.0) == Approx(3.0));
+    CHECK(a[0].item<double>() == Approx(-1.0).epsilon(1e-5));
+    CHECK(c[0].item<double>() == Approx(-4.0 / 3.0).epsilon(1e-5));
+  }
+  // Below the threshold nothing is scaled; a non-finite norm skips the update entirely.
+  a.zero_();
+  {
+    Flat f({{a, false, true}}, {0.3f, 0.4f});
+    auto opt = f.make(sgd);
+    CHECK(opt.step(1.0) == Approx(0.5));
+    CHECK(a[1].item<double>() == Approx(-0.4).epsilon(1e-5));
+  }
+  a.zero_();
+  {
+    Flat f({{a, false, true}}, {std::nanf(""), 1.0f});
+    auto opt = f.make(sgd);
+    CHECK(std::isnan(opt.step(1.0)));
+    CHECK(a.abs().sum().item<double>() == 0.0);
+  }
 }
 
 TEST_CASE("LR schedules at named points", "[optim]") {
