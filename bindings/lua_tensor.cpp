@@ -153,8 +153,8 @@ int t_from(lua_State* L) {
   flatten(L, 1, 0, shape, values, all_int);
   auto t = torch::tensor(values, torch::kDouble).reshape(shape);
   const int opt = lua_type(L, 2) == LUA_TTABLE ? 2 : 0;
-  push_tensor(L, t.to(read_options(L, opt, all_int ? torch::kLong : torch::kFloat).dtype_opt().value().toScalarType())
-                     .to(read_options(L, opt).device()));
+  const auto o = read_options(L, opt, all_int ? torch::kLong : torch::kFloat);
+  push_tensor(L, t.to(o.device(), o.dtype().toScalarType()));
   return 1;
 }
 

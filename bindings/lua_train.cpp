@@ -51,10 +51,17 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     o.weight_decay = field_number(L, t, "weight_decay", "optimizer", o.weight_decay);
     o.clip = field_number(L, t, "clip", "optimizer", o.clip);
     o.momentum = field_number(L, t, "momentum", "optimizer", o.momentum);
-    if (push_field_table(L, t, "betas", "optimizer")) {
+    if (push_field_table(L, t, "betas", "optimizer")) {  // a Lua array: read by index
       ME_CHECK(lua_rawlen(L, -1) == 2, "optimizer.betas: expected two numbers {beta1, beta2}, got ", lua_rawlen(L, -1),
                " values");
-      lua_pop(L, 1);  // the values themselves are read by read_betas
+      for (int i = 1; i <= 2; ++i) {
+        lua_rawgeti(L, -1, i);
+        ME_CHECK(lua_type(L, -1) == LUA_TNUMBER, "optimizer.betas[", i, "]: expected a number, got ",
+                 luaL_typename(L, -1));
+        (i == 1 ? o.beta1 : o.beta2) = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
     }
     lua_pop(L, 1);
   }
@@ -133,19 +140,6 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
   return s;
 }
 
-// Betas are a Lua array; read them by index.
-void read_betas(lua_State* L, int r, train::RunSpec& s) {
-  if (lua_getfield(L, r, "optimizer") == LUA_TTABLE && lua_getfield(L, -1, "betas") == LUA_TTABLE) {
-    for (int i = 1; i <= 2; ++i) {
-      lua_rawgeti(L, -1, i);
-      ME_CHECK(lua_type(L, -1) == LUA_TNUMBER, "optimizer.betas[", i, "]: expected a number, got ", luaL_typename(L, -1));
-      (i == 1 ? s.optim.beta1 : s.optim.beta2) = lua_tonumber(L, -1);
-      lua_pop(L, 1);
-    }
-  }
-  lua_settop(L, r);
-}
-
 void push_record(lua_State* L, const train::LogRecord& rec) {
   lua_createtable(L, 0, 10);
   auto set_i = [&](const char* k, int64_t v) { lua_pushinteger(L, v); lua_setfield(L, -2, k); };
@@ -168,7 +162,6 @@ int new_trainer(lua_State* L) {
   check_table(L, 1);
   lua_settop(L, 1);
   auto spec = read_run_spec(L, 1);
-  read_betas(L, 1, spec);
   auto* lt = push_object<LuaTrainer>(L, kTrainerMeta);
   lt->owner = L;
   lua_getfield(L, 1, "on_log");

@@ -37,6 +37,8 @@ std::shared_ptr<spdlog::logger>& logger() {
   return l;
 }
 
+const char* const kLevelNames[] = {"trace", "debug", "info", "warn", "error", "off"};
+
 std::string& prefix() {
   static std::string p;
   return p;
@@ -45,15 +47,13 @@ std::string& prefix() {
 }  // namespace
 
 Level parse_level(const std::string& name) {
-  static const char* names[] = {"trace", "debug", "info", "warn", "error", "off"};
   for (int i = 0; i < 6; ++i)
-    if (name == names[i]) return static_cast<Level>(i);
+    if (name == kLevelNames[i]) return static_cast<Level>(i);
   fail("unknown log level '", name, "': expected one of trace, debug, info, warn, error, off");
 }
 
 std::string level_name(Level level) {
-  static const char* names[] = {"trace", "debug", "info", "warn", "error", "off"};
-  return names[static_cast<int>(level)];
+  return kLevelNames[static_cast<int>(level)];
 }
 
 void set_level(Level l) { g_level = l; }

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 
 #include "engine/optim/adamw.h"
 #include "engine/optim/lr_schedule.h"
@@ -8,12 +9,26 @@
 
 using me::optim::LRSchedule;
 
+namespace {
+// The hand-computed AdamW trajectory shared by both optimizer tests. w is a matrix (decayed),
+// b a bias (not decayed). With a constant gradient, bias-corrected Adam moves each weight by
+// lr * sign(g) per step (up to eps); decay shrinks w first:
+//   step 1: w = [1, -2] * (1 - 0.1*0.1) = [0.99, -1.98], then -= 0.1*sign(g) -> [0.89, -1.88]
+//   step 2: w = [0.89, -1.88] * 0.99 = [0.8811, -1.8612], then -> [0.7811, -1.7612]
+//   bias:   1 -> 0.9 -> 0.8 (no decay)
+void check_two_adamw_steps(const torch::Tensor& w, const torch::Tensor& b, const std::function<void()>& step) {
+  step();
+  CHECK(w[0][0].item<double>() == Approx(0.89).margin(1e-6));
+  CHECK(w[1][0].item<double>() == Approx(-1.88).margin(1e-6));
+  CHECK(b[0].item<double>() == Approx(0.9).margin(1e-6));
+  step();
+  CHECK(w[0][0].item<double>() == Approx(0.7811).margin(1e-6));
+  CHECK(w[1][0].item<double>() == Approx(-1.7612).margin(1e-6));
+  CHECK(b[0].item<double>() == Approx(0.8).margin(1e-6));
+}
+}  // namespace
+
 TEST_CASE("AdamW: two steps against hand-computed values", "[optim]") {
-  // w is a matrix (decayed), b a bias (not decayed). With a constant gradient, bias-corrected
-  // Adam moves each weight by lr * sign(g) per step (up to eps); decay shrinks w first:
-  //   step 1: w = [1, -2] * (1 - 0.1*0.1) = [0.99, -1.98], then -= 0.1*sign(g) -> [0.89, -1.88]
-  //   step 2: w = [0.89, -1.88] * 0.99 = [0.8811, -1.8612], then -> [0.7811, -1.7612]
-  //   bias:   1 -> 0.9 -> 0.8 (no decay)
   auto w = torch::tensor({1.0f, -2.0f}).reshape({2, 1}).requires_grad_(true);
   auto b = torch::tensor({1.0f}).requires_grad_(true);
   me::optim::AdamWConfig cfg{0.9, 0.999, 1e-8, 0.1};
@@ -23,14 +38,7 @@ TEST_CASE("AdamW: two steps against hand-computed values", "[optim]") {
   me::optim::AdamW opt(groups, cfg);
   w.mutable_grad() = torch::tensor({0.5f, -0.1f}).reshape({2, 1});
   b.mutable_grad() = torch::tensor({0.5f});
-  opt.step(0.1);
-  CHECK(w[0][0].item<double>() == Approx(0.89).margin(1e-6));
-  CHECK(w[1][0].item<double>() == Approx(-1.88).margin(1e-6));
-  CHECK(b[0].item<double>() == Approx(0.9).margin(1e-6));
-  opt.step(0.1);
-  CHECK(w[0][0].item<double>() == Approx(0.7811).margin(1e-6));
-  CHECK(w[1][0].item<double>() == Approx(-1.7612).margin(1e-6));
-  CHECK(b[0].item<double>() == Approx(0.8).margin(1e-6));
+  check_two_adamw_steps(w, b, [&] { opt.step(0.1); });
   CHECK(opt.steps() == 2);
 }
 
@@ -80,14 +88,7 @@ TEST_CASE("the trainer's optimizer: AdamW two steps against hand-computed values
   cfg.adam = {0.9, 0.999, 1e-8, 0.1};
   cfg.clip = 0;
   auto opt = f.make(cfg);
-  opt.step(0.1);
-  CHECK(w[0][0].item<double>() == Approx(0.89).margin(1e-6));
-  CHECK(w[1][0].item<double>() == Approx(-1.88).margin(1e-6));
-  CHECK(b[0].item<double>() == Approx(0.9).margin(1e-6));
-  opt.step(0.1);
-  CHECK(w[0][0].item<double>() == Approx(0.7811).margin(1e-6));
-  CHECK(w[1][0].item<double>() == Approx(-1.7612).margin(1e-6));
-  CHECK(b[0].item<double>() == Approx(0.8).margin(1e-6));
+  check_two_adamw_steps(w, b, [&] { opt.step(0.1); });
 }
 
 TEST_CASE("the trainer's optimizer: global-norm clipping, replicated parameters counted once", "[optim]") {
