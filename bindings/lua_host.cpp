@@ -33,6 +33,7 @@ int open_megaengine(lua_State* L) {
   open_model(L, core);
   open_train(L, core);
   open_comm(L, core);
+  open_data(L, core);
   open_parallel(L, core);
   if (luaL_loadbuffer(L, kMegaengineLua, std::strlen(kMegaengineLua), "=[megaengine]") != LUA_OK)
     return lua_error(L);  // a broken embedded module is a build bug; say so plainly

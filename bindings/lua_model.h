@@ -7,6 +7,7 @@
 #include "bindings/lua_util.h"
 #include "engine/comm/process_group.h"
 #include "engine/model/transformer.h"
+#include "engine/train/run_spec.h"
 
 namespace me::lua {
 
@@ -23,5 +24,8 @@ struct LuaModel {
 model::TransformerConfig read_model_config(lua_State* L, int t, const std::string& path);
 
 void push_model(lua_State* L, LuaModel m);
+
+// Reads a data table (me.data.text{...} / me.data.gpt{...}) at stack index t.
+train::DataSpec read_data_spec(lua_State* L, int t);
 
 }  // namespace me::lua

@@ -22,6 +22,66 @@ struct LuaTrainer {
   }
 };
 
+}  // namespace
+
+// recipe.data: me.data.text{} or me.data.gpt{} (table at absolute index t).
+train::DataSpec read_data_spec(lua_State* L, int t) {
+  train::DataSpec d;
+  d.kind = field_string(L, t, "kind", "data", d.kind);
+  if (d.kind == "text") {
+    d.path = field_string(L, t, "path", "data");
+    d.holdout = field_number(L, t, "holdout", "data", d.holdout);
+    return d;
+  }
+  ME_CHECK(d.kind == "gpt", "data.kind '", d.kind, "' is unknown: use me.data.text{} or me.data.gpt{}");
+  const std::string prefix = field_string(L, t, "prefix", "data", std::string());
+  if (!prefix.empty()) d.blend.emplace_back(1.0, prefix);
+  if (push_field_table(L, t, "blend", "data")) {  // { {weight, prefix}, ... }: an array, read by index
+    const int b = lua_gettop(L);
+    const auto n = static_cast<int>(lua_rawlen(L, b));
+    for (int i = 1; i <= n; ++i) {
+      lua_rawgeti(L, b, i);
+      const bool ok = lua_istable(L, -1) && lua_rawlen(L, -1) == 2;
+      double w = 0;
+      std::string p;
+      if (ok) {
+        lua_rawgeti(L, -1, 1);
+        lua_rawgeti(L, -2, 2);
+        if (lua_type(L, -2) == LUA_TNUMBER && lua_type(L, -1) == LUA_TSTRING) {
+          w = lua_tonumber(L, -2);
+          p = lua_tostring(L, -1);
+        }
+        lua_pop(L, 2);
+      }
+      lua_pop(L, 1);
+      ME_CHECK(!p.empty(), "data.blend[", i, "]: expected {weight, prefix}, e.g. blend = { {0.3, \"/fsx/a_text_document\"}, ",
+               "{0.7, \"/fsx/b_text_document\"} }");
+      d.blend.emplace_back(w, p);
+    }
+    lua_pop(L, 1);
+  }
+  ME_CHECK(!d.blend.empty(), "me.data.gpt: give data.prefix (a .bin/.idx prefix) or data.blend = { {weight, prefix}, ... }");
+  ME_CHECK(prefix.empty() || d.blend.size() == 1, "me.data.gpt: give either data.prefix or data.blend, not both");
+  d.split = field_string(L, t, "split", "data", d.split);
+  d.cache_dir = field_string(L, t, "cache_dir", "data", d.cache_dir);
+  d.eod_mask_loss = field_boolean(L, t, "eod_mask_loss", "data", d.eod_mask_loss);
+  d.source = field_string(L, t, "source", "data", d.source);
+  d.source_format = field_string(L, t, "source_format", "data", d.source_format);
+  d.json_key = field_string(L, t, "json_key", "data", d.json_key);
+  ME_CHECK(d.source.empty() || d.blend.size() == 1, "data.source needs a single data.prefix to preprocess into");
+  if (push_field_table(L, t, "tokenizer", "data")) {
+    const int k = lua_gettop(L);
+    d.tokenizer.kind = field_string(L, k, "kind", "data.tokenizer");
+    d.tokenizer.vocab_file = field_string(L, k, "vocab_file", "data.tokenizer", std::string());
+    d.tokenizer.merge_file = field_string(L, k, "merge_file", "data.tokenizer", std::string());
+    d.tokenizer.model_file = field_string(L, k, "model_file", "data.tokenizer", std::string());
+    lua_pop(L, 1);
+  }
+  return d;
+}
+
+namespace {
+
 // Reads the recipe at stack index r (absolute) into a RunSpec.
 train::RunSpec read_run_spec(lua_State* L, int r) {
   train::RunSpec s;
@@ -37,9 +97,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
   if (!push_field_table(L, r, "data", "recipe"))
     fail("recipe.data is missing: add data = me.data.text{ path = ... }");
   int t = lua_gettop(L);
-  s.data.kind = field_string(L, t, "kind", "data", s.data.kind);
-  s.data.path = field_string(L, t, "path", "data");
-  s.data.holdout = field_number(L, t, "holdout", "data", s.data.holdout);
+  s.data = read_data_spec(L, t);
   lua_pop(L, 1);
 
   if (push_field_table(L, r, "optimizer", "recipe")) {
@@ -153,6 +211,7 @@ void push_record(lua_State* L, const train::LogRecord& rec) {
   set_n("ms_per_iter", rec.ms_per_iter);
   set_n("tokens_per_s", rec.tokens_per_s);
   set_n("tflops_per_gpu", rec.tflops_per_gpu);
+  set_n("mfu", rec.mfu);
   set_i("global_batch", rec.global_batch);
   set_i("skipped", rec.skipped);
   if (rec.val_loss >= 0) set_n("val_loss", rec.val_loss);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,6 +14,9 @@
 #include "engine/comm/launcher.h"
 #include "bindings/repl.h"
 #include "engine/core/log.h"
+#ifdef ME_HAVE_TOKENIZERS
+#include "engine/data/preprocess.h"
+#endif
 
 namespace {
 
@@ -27,6 +31,7 @@ const char* kUsage =
     "  megaengine --nproc N recipe.lua ...    start N ranks on this machine (RANK, WORLD_SIZE, MASTER_* set,\n"
     "                                         output prefixed by rank; if one fails, the others are stopped)\n"
     "  megaengine doctor                      report LibTorch, backends, GPUs and peer access, NCCL, libfabric\n"
+    "  megaengine preprocess --input F ...    jsonl or text -> Megatron .bin/.idx (megaengine preprocess --help)\n"
     "  megaengine                             open the REPL\n"
     "  megaengine --help | --version\n"
     "\n"
@@ -60,6 +65,10 @@ int launch_ranks(int nproc, int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  // CPU steps free and reallocate large tensors (logits over a 50k vocabulary) every time; by
+  // default glibc maps and unmaps each one, and the page faults cost as much as the math.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   std::vector<std::string> chunks;
   int nproc = 0;
   std::string recipe;
@@ -100,6 +109,14 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         return die(e.what());
       }
+    } else if (a == "preprocess" && recipe.empty()) {
+#ifdef ME_HAVE_TOKENIZERS
+      const char* assets = std::getenv("ME_ASSET_DIR");
+      return me::data::preprocess_main(argc - i - 1, argv + i + 1, assets ? assets : ME_SOURCE_DIR "/assets");
+#else
+      return die("this megaengine was built without its tokenizers (libpcre2-dev and nlohmann-json3-dev were not "
+                 "found at configure time): install them and rebuild to use preprocess");
+#endif
     } else if (a.size() > 1 && a[0] == '-') {
       return die("unknown option '" + a + "' (see megaengine --help)");
     } else {

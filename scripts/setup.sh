@@ -14,6 +14,7 @@ packages=(build-essential cmake ninja-build pkg-config ca-certificates
   libtorch-dev libopenblas0-pthread   # Debian's libtorch; OpenBLAS replaces the reference BLAS (13x faster matmul)
   liblua5.4-dev libspdlog-dev libfmt-dev catch2 libedit-dev libgloo-dev
   libpcre2-dev nlohmann-json3-dev    # GPT-2 BPE: Unicode regex, encoder.json
+  libsentencepiece-dev sentencepiece # SentencePiece tokenizer; spm_train/spm_encode for its tests
   tmux)                                # tmux drives the REPL test through a real terminal
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 

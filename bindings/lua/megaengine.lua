@@ -216,6 +216,51 @@ me.data.text = constructor("me.data.text", { kind = "text", path = "", holdout =
     if type(s.path) ~= "string" or s.path == "" then error("me.data.text: 'path' (a text file) is required", 0) end
   end)
 
+-- Megatron .bin/.idx data: one prefix, or a blend { {weight, prefix}, ... }. With `source`
+-- (a text or jsonl file) rank 0 first preprocesses it into `prefix` when that is missing or older.
+me.data.gpt = constructor("me.data.gpt",
+  { kind = "gpt", prefix = "", blend = {}, split = "969,30,1", cache_dir = "", eod_mask_loss = false,
+    tokenizer = false, source = "", source_format = "text", json_key = "text" },
+  spec_meta("data.gpt"),
+  function(s)
+    if s.prefix == "" and #s.blend == 0 then
+      error("me.data.gpt: give 'prefix' (a .bin/.idx prefix) or 'blend' = { {weight, prefix}, ... }", 0)
+    end
+    if s.prefix ~= "" and #s.blend > 0 then error("me.data.gpt: give either 'prefix' or 'blend', not both", 0) end
+    if s.tokenizer == false then s.tokenizer = nil
+    elseif getmetatable(s.tokenizer) == nil or s.tokenizer.kind == nil then
+      error("me.data.gpt: 'tokenizer' must come from me.tokenizer.gpt2{} or me.tokenizer.sentencepiece{}", 0)
+    end
+    if s.source ~= "" and s.tokenizer == nil then
+      error("me.data.gpt: 'source' is preprocessed with the recipe's tokenizer: add tokenizer = me.tokenizer.gpt2{}", 0)
+    end
+  end)
+
+-- Tokenizers: GPT-2's byte-level BPE (encoder.json + vocab.bpe; by default the fetched assets)
+-- and SentencePiece (a tokenizer.model).
+me.tokenizer = {}
+me.tokenizer.gpt2 = constructor("me.tokenizer.gpt2", { kind = "gpt2", vocab_file = "", merge_file = "" },
+  spec_meta("tokenizer.gpt2"),
+  function(s)
+    if s.vocab_file == "" then s.vocab_file = me.asset "gpt2-encoder.json" end
+    if s.merge_file == "" then s.merge_file = me.asset "gpt2-vocab.bpe" end
+  end)
+me.tokenizer.sentencepiece = constructor("me.tokenizer.sentencepiece", { kind = "sentencepiece", model_file = "" },
+  spec_meta("tokenizer.sentencepiece"),
+  function(s)
+    if s.model_file == "" then error("me.tokenizer.sentencepiece: 'model_file' (a tokenizer.model) is required", 0) end
+  end)
+
+-- A loaded tokenizer: tok:encode(text) -> ids, tok:decode(ids) -> text, tok:vocab_size(), tok:eod().
+function me.tokenizer.load(spec) return core.data.tokenizer(spec) end
+
+-- jsonl or text -> output.bin/.idx (what `megaengine preprocess` does), e.g.
+-- me.data.preprocess{ input = "a.jsonl", output = "a_text_document", tokenizer = me.tokenizer.gpt2{} }
+me.data.preprocess = core.data.preprocess
+-- The training loader on its own: me.data.loader(me.data.gpt{...}, { seq, micro, iters, dp, dp_rank,
+-- accumulation, consumed_samples, seed, builder }); loader:next() -> tokens, labels, first sample.
+me.data.loader = core.data.loader
+
 -- Finds a file fetched by scripts/fetch_assets.sh.
 function me.asset(name)
   local dirs = {}

@@ -4,13 +4,13 @@
 #include <pcre2.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_map>
@@ -29,8 +29,10 @@ constexpr const char* kPattern =
 
 // Pieces longer than this are encoded but not cached (rare, and they would bloat the cache).
 constexpr size_t kMaxCachedPiece = 64;
-constexpr size_t kShards = 64;
-constexpr size_t kShardCapacity = 1 << 14;  // entries per shard before it is cleared
+constexpr size_t kCacheCapacity = 1 << 18;  // entries per thread before its cache is cleared
+
+// Tells tokenizers apart for the per-thread caches (an address could be reused).
+std::atomic<uint64_t> next_tokenizer_id{1};
 
 std::string read_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -114,11 +116,7 @@ struct GPT2Tokenizer::Impl {
   int64_t eod = -1;
   std::unique_ptr<pcre2_code, PcreCodeDeleter> regex;
 
-  struct Shard {
-    std::mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>> words;
-  };
-  mutable std::array<Shard, kShards> cache;
+  const uint64_t id = next_tokenizer_id++;
 
   void load_encoder(const std::string& path);
   void load_merges(const std::string& path);
@@ -276,21 +274,25 @@ void GPT2Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int64
     out.insert(out.end(), syms.begin(), syms.end());
     return;
   }
+  // Each thread caches the pieces it has encoded: preprocessing workers never wait on each other.
+  struct Cache {
+    uint64_t owner = 0;
+    std::unordered_map<std::string, std::vector<int32_t>> words;
+  };
+  thread_local Cache cache;
+  if (cache.owner != id) {
+    cache.owner = id;
+    cache.words.clear();
+  }
   std::string key(piece);
-  auto& shard = cache[std::hash<std::string>{}(key) % kShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    const auto it = shard.words.find(key);
-    if (it != shard.words.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  if (const auto it = cache.words.find(key); it != cache.words.end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return;
   }
   bpe(piece, syms);
   out.insert(out.end(), syms.begin(), syms.end());
-  std::lock_guard<std::mutex> lock(shard.mutex);
-  if (shard.words.size() >= kShardCapacity) shard.words.clear();
-  shard.words.emplace(std::move(key), syms);
+  if (cache.words.size() >= kCacheCapacity) cache.words.clear();
+  cache.words.emplace(std::move(key), syms);
 }
 
 GPT2Tokenizer::GPT2Tokenizer(const std::string& encoder_json, const std::string& vocab_bpe)
@@ -303,13 +305,6 @@ GPT2Tokenizer::GPT2Tokenizer(const std::string& encoder_json, const std::string&
 GPT2Tokenizer::~GPT2Tokenizer() = default;
 GPT2Tokenizer::GPT2Tokenizer(GPT2Tokenizer&&) noexcept = default;
 GPT2Tokenizer& GPT2Tokenizer::operator=(GPT2Tokenizer&&) noexcept = default;
-
-std::vector<int64_t> GPT2Tokenizer::encode(const std::string& text) const {
-  std::vector<int64_t> out;
-  out.reserve(text.size() / 3 + 1);
-  encode_into(text, out);
-  return out;
-}
 
 void GPT2Tokenizer::encode_into(const std::string& text, std::vector<int64_t>& out) const {
   ME_CHECK(impl_, "GPT2Tokenizer used after being moved from");
@@ -355,5 +350,8 @@ std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const {
 
 int64_t GPT2Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_bytes.size()); }
 int64_t GPT2Tokenizer::eod() const { return impl_->eod; }
+std::string GPT2Tokenizer::describe() const {
+  return "gpt2 byte-level BPE (" + std::to_string(vocab_size()) + " ids, eod " + std::to_string(eod()) + ")";
+}
 
 }  // namespace me::data

@@ -9,17 +9,19 @@
 // so decode(encode(x)) == x holds for any byte string.
 // "<|endoftext|>" in the text is plain text, as in GPT-2; eod() is the id to append between documents.
 //
-// encode is const and thread-safe: several threads may encode with one tokenizer (a sharded cache
-// of already-encoded pieces, each shard behind its own mutex).
+// encode is const and thread-safe: several threads may encode with one tokenizer (each thread keeps
+// its own cache of already-encoded pieces, so they never wait on each other).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/data/tokenizer.h"
+
 namespace me::data {
 
-class GPT2Tokenizer {
+class GPT2Tokenizer final : public Tokenizer {
  public:
   // Reads GPT-2's encoder.json (token -> id) and vocab.bpe (merges, in rank order). Throws
   // me::Error naming the file when one is missing, unreadable or malformed.
@@ -30,16 +32,17 @@ class GPT2Tokenizer {
   GPT2Tokenizer(const GPT2Tokenizer&) = delete;
   GPT2Tokenizer& operator=(const GPT2Tokenizer&) = delete;
 
-  std::vector<int64_t> encode(const std::string& text) const;
+  using Tokenizer::encode;
   // Appends the ids of `text` to `out` (saves a copy when building long token streams).
-  void encode_into(const std::string& text, std::vector<int64_t>& out) const;
+  void encode_into(const std::string& text, std::vector<int64_t>& out) const override;
 
   // The bytes the ids stand for, concatenated. Not necessarily valid UTF-8 for an arbitrary id
   // sequence (a character may be split between tokens); throws me::Error on an id out of range.
-  std::string decode(const std::vector<int64_t>& ids) const;
+  std::string decode(const std::vector<int64_t>& ids) const override;
 
-  int64_t vocab_size() const;  // 50257 for GPT-2
-  int64_t eod() const;         // id of "<|endoftext|>", 50256 for GPT-2
+  int64_t vocab_size() const override;  // 50257 for GPT-2
+  int64_t eod() const override;         // id of "<|endoftext|>", 50256 for GPT-2
+  std::string describe() const override;
 
  private:
   struct Impl;

@@ -58,8 +58,10 @@ double MasterOptimizer::global_norm() {
   std::vector<torch::Tensor> counted;
   for (const auto& s : segments_)
     if (params_[s.param].count_in_norm) counted.push_back(s.grad);
-  auto sq = counted.empty() ? torch::zeros({1}, flat_grads_.options())
-                            : torch::stack(at::_foreach_norm(counted, 2)).pow(2).sum().reshape({1});
+  // Accumulated in fp64 (read as fp32, no copy): an fp32 sum over millions of elements is only
+  // good to ~1e-6, so the same gradients split differently over ranks would clip differently.
+  auto sq = torch::zeros({1}, flat_grads_.options().dtype(torch::kDouble));
+  for (const auto& g : counted) sq += at::linalg_vector_norm(g, 2, c10::nullopt, false, torch::kDouble).square();
   if (tp_) tp_->all_reduce(sq, comm::ReduceOp::sum);
   if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
   return std::sqrt(sq.item<double>());

@@ -4,16 +4,29 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "engine/data/tokenizer.h"
 #include "engine/model/transformer_config.h"
 #include "engine/optim/lr_schedule.h"
 
 namespace me::train {
 
 struct DataSpec {
-  std::string kind = "text";  // byte-level text file
+  std::string kind = "text";  // text: a byte-level text file | gpt: Megatron .bin/.idx datasets
+  // text
   std::string path;
   double holdout = 0.05;
+  // gpt
+  std::vector<std::pair<double, std::string>> blend;  // {weight, prefix}; one entry: one dataset
+  std::string split = "969,30,1";
+  std::string cache_dir;  // index caches; empty: next to the data
+  bool eod_mask_loss = false;
+  data::TokenizerSpec tokenizer;  // kind empty: none (samples cannot be decoded)
+  // When set: a text or jsonl file that rank 0 preprocesses into the (single) prefix first if
+  // its .bin/.idx are missing or older than it.
+  std::string source, source_format = "text", json_key = "text";
 };
 
 struct OptimSpec {

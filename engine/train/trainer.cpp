@@ -28,7 +28,7 @@ double now_ms() {
 
 }  // namespace
 
-Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(spec_.device)), rng_(spec_.seed) {
+Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(spec_.device)) {
   auto& t = spec_.train;
   const auto& par = spec_.parallel;
   ME_CHECK(t.iters > 0 || t.samples > 0, "train.iters (or train.samples) must be a positive integer, got ", t.iters);
@@ -39,7 +39,6 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ME_CHECK(spec_.precision == "fp32" || spec_.precision == "bf16" || spec_.precision == "fp16",
            "precision must be fp32, bf16 or fp16, got '", spec_.precision, "'");
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
-  ME_CHECK(spec_.data.kind == "text", "data kind '", spec_.data.kind, "' is not available yet: use me.data.text");
   ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
   ME_CHECK(par.pp == 1, "parallel.pp = ", par.pp, ": pipeline parallelism is not available yet; set parallel.pp=1");
   ME_CHECK(par.bucket_mb > 0, "parallel.bucket_mb must be positive, got ", par.bucket_mb);
@@ -69,9 +68,17 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   accumulation_ = global_batch_ / (t.micro_batch * dp_);
   iters_ = t.samples > 0 ? (t.samples + global_batch_ - 1) / global_batch_ : t.iters;
 
-  data_ = std::make_unique<data::ByteTextDataset>(spec_.data.path, spec_.data.holdout, spec_.model.seq);
-  ME_CHECK(spec_.model.vocab >= data::ByteTextDataset::vocab(), "model.vocab (", spec_.model.vocab,
-           ") is smaller than the byte-level tokenizer's 256 ids");
+  DataLayout layout;
+  layout.global_batch = global_batch_;
+  layout.micro = t.micro_batch;
+  layout.dp = dp_;
+  layout.dp_rank = dp_rank_;
+  layout.accumulation = accumulation_;
+  layout.iters = iters_;
+  layout.pin_memory = device_.is_cuda();
+  data_ = std::make_unique<TrainData>(spec_, comm_.get(), layout);
+  ME_CHECK(spec_.model.vocab >= data_->vocab(), "model.vocab (", spec_.model.vocab, ") is smaller than the ",
+           data_->vocab(), " ids of the data's tokenizer: set model.vocab = ", data_->vocab());
 
   auto& sched = spec_.schedule.schedule;
   sched.max_lr = spec_.optim.lr;
@@ -118,12 +125,11 @@ bool Trainer::is_logging_rank() const { return !comm_ || comm_->rank() == 0; }
 StepResult Trainer::step() {
   const double t0 = now_ms();
   model_->train();
-  // The whole global batch is drawn on every rank (same seed): each keeps its share, so any
-  // layout sees the same global batches as one process would.
-  auto batch = data_->sample(false, global_batch_, rng_);
-  const int64_t local = global_batch_ / dp_, micro = spec_.train.micro_batch;
-  auto tokens = batch.tokens.narrow(0, dp_rank_ * local, local).to(device_);
-  auto labels = batch.labels.narrow(0, dp_rank_ * local, local).to(device_);
+  auto batch = data_->next_train();
+  const int64_t micro = spec_.train.micro_batch;
+  // Pinned on a GPU: the copies overlap with the work already queued.
+  auto tokens = batch.tokens.to(device_, /*non_blocking=*/true);
+  auto labels = batch.labels.to(device_, /*non_blocking=*/true);
 
   grads_->zero();
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
@@ -171,11 +177,10 @@ double Trainer::evaluate() {
   if (spec_.train.eval_iters == 0) return -1;
   torch::NoGradGuard no_grad;
   model_->eval();
-  // The same validation windows every time (and on every rank), so evaluations compare.
-  std::mt19937_64 rng(spec_.seed ^ 0x9e3779b97f4a7c15ULL);
+  // The same validation batches every time (and on every rank), so evaluations compare.
   double sum = 0;
   for (int64_t i = 0; i < spec_.train.eval_iters; ++i) {
-    auto batch = data_->sample(true, spec_.train.micro_batch, rng);
+    auto batch = data_->valid_batch(i);
     sum += model_->loss(batch.tokens.to(device_), batch.labels.to(device_)).item<double>();
   }
   model_->train();
@@ -213,6 +218,7 @@ Summary Trainer::run() {
               model_->local_parameter_count(), " on this rank), ", spec_.precision, " on ", device_.str(), "; ",
               iters_, " iterations of ", global_batch_, " samples (micro ", t.micro_batch, " x dp ", dp_,
               " x accumulation ", accumulation_, ")");
+    log::info("data: ", data_->describe());
     if (spec_.parallel.distributed_optimizer)
       log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
                 "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");
@@ -273,8 +279,8 @@ Summary Trainer::run() {
 }
 
 std::string Trainer::sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature) {
-  auto ids = data::ByteTextDataset::encode(prompt.empty() ? std::string("\n") : prompt);
-  return data::ByteTextDataset::decode(model::generate(model_, ids, tokens, top_k, temperature, spec_.seed));
+  auto ids = data_->encode(prompt.empty() ? std::string("\n") : prompt);
+  return data_->decode(model::generate(model_, ids, tokens, top_k, temperature, spec_.seed));
 }
 
 }  // namespace me::train

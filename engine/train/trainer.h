@@ -1,5 +1,5 @@
-// The training loop. One step: the global batch (the same on every rank, from the shared
-// seed) is cut into this data-parallel rank's micro-batches; each runs forward and backward
+// The training loop. One step: this data-parallel rank's share of the global batch (TrainData)
+// is cut into micro-batches; each runs forward and backward
 // into the fp32 gradient buffer, whose buckets are averaged over data parallelism as they
 // fill; then the optimizer clips by the global norm, steps at the scheduled learning rate and
 // writes the weights back. Tensor-parallel ranks see the same batches.
@@ -10,12 +10,12 @@
 #include <random>
 
 #include "engine/comm/communicator.h"
-#include "engine/data/byte_text.h"
 #include "engine/model/transformer.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/master_optimizer.h"
 #include "engine/train/grad_buffer.h"
 #include "engine/train/run_spec.h"
+#include "engine/train/train_data.h"
 
 namespace me::train {
 
@@ -47,6 +47,8 @@ class Trainer {
   model::Transformer& model() { return model_; }
   const RunSpec& spec() const { return spec_; }
   int64_t iteration() const { return iteration_; }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  TrainData& data() { return *data_; }
   int64_t iters() const { return iters_; }
   int64_t global_batch() const { return global_batch_; }
   void set_on_log(std::function<void(const LogRecord&)> hook) { spec_.on_log = std::move(hook); }
@@ -59,14 +61,13 @@ class Trainer {
   torch::Device device_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::ParallelGroups> groups_;
-  std::unique_ptr<data::ByteTextDataset> data_;
+  std::unique_ptr<TrainData> data_;
   model::Transformer model_{nullptr};
   std::unique_ptr<GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::vector<torch::Tensor> params_;
   std::vector<size_t> sequence_parallel_params_;
-  std::mt19937_64 rng_;
   int64_t dp_ = 1, dp_rank_ = 0, accumulation_ = 1, global_batch_ = 0, iters_ = 0;
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_ = 0, nan_ = 0;
   double flops_per_iteration_ = 0;

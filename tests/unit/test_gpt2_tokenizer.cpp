@@ -16,6 +16,7 @@
 
 #include "engine/core/error.h"
 #include "engine/data/gpt2_tokenizer.h"
+#include "test_assets.h"
 
 using me::data::GPT2Tokenizer;
 using Catch::Contains;
@@ -23,28 +24,6 @@ using Ids = std::vector<int64_t>;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string asset_dir() {
-  if (const char* env = std::getenv("ME_ASSET_DIR"); env && *env) return env;
-#ifdef ME_SOURCE_DIR
-  return std::string(ME_SOURCE_DIR) + "/assets";
-#else
-  // <repo>/tests/unit/this_file.cpp -> <repo>/assets
-  return (fs::path(__FILE__).parent_path().parent_path().parent_path() / "assets").string();
-#endif
-}
-
-std::string asset(const std::string& name) {
-  const std::string path = asset_dir() + "/" + name;
-  if (!fs::exists(path)) FAIL("missing asset " << path << ": run scripts/fetch_assets.sh (or set ME_ASSET_DIR)");
-  return path;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 const GPT2Tokenizer& tokenizer() {
   static const GPT2Tokenizer tok(asset("gpt2-encoder.json"), asset("gpt2-vocab.bpe"));

@@ -1,0 +1,71 @@
+-- One benchmark row for bench/speed/table.py: trains a configuration on one GPU (or every rank
+-- of --nproc N) for ME_BENCH_WARMUP + ME_BENCH_STEPS steps on the byte-level text and appends a
+-- JSON line (tokens/s, ms/step, model TFLOP/s per GPU, MFU, peak memory) to ME_BENCH_JSON.
+--   ME_BENCH_MODEL=gpt1.3b ME_BENCH_MICRO=4 ME_BENCH_PEAK=<TFLOP/s> ME_BENCH_JSON=rows.jsonl \
+--     ME_BENCH_OVERRIDES="parallel.tp=2 ..." megaengine bench/speed/megaengine_row.lua
+-- The models are bench/reference/train_ref.py's, so rows compare like for like.
+local me = require "megaengine"
+local env = function(k, d) return os.getenv(k) or d end
+local models = {
+  ["gpt1.3b"] = me.model.gpt { vocab = 50257, seq = 2048, layers = 24, hidden = 2048, heads = 16 },
+  ["llama1b"] = me.model.llama { vocab = 32000, seq = 2048, layers = 22, hidden = 2048, heads = 32,
+                                 query_groups = 4, ffn_hidden = 5632 },
+  ["gpt-small"] = me.model.gpt { vocab = 50257, seq = 1024, layers = 12, hidden = 768, heads = 12 },
+}
+local name = env("ME_BENCH_MODEL", "gpt-small")
+local model = assert(models[name], "ME_BENCH_MODEL: one of gpt1.3b, llama1b, gpt-small")
+local warmup, steps = tonumber(env("ME_BENCH_WARMUP", "10")), tonumber(env("ME_BENCH_STEPS", "30"))
+local rank = tonumber(env("RANK", "0"))
+local windows = {}
+
+local recipe = me.recipe {
+  name = "bench-" .. name,
+  device = "cuda",
+  precision = "bf16",
+  model = model,
+  data = me.data.text { path = me.asset "moby-dick.txt" },
+  batch = { micro = tonumber(env("ME_BENCH_MICRO", "4")) },
+  optimizer = me.optim.adamw { lr = 3e-4, betas = { 0.9, 0.95 }, weight_decay = 0.1, clip = 1.0 },
+  schedule = me.schedule.constant {},
+  train = { iters = warmup + steps, log_interval = warmup, eval_iters = 0,
+            peak_tflops = tonumber(env("ME_BENCH_PEAK", "0")) + 0.0 },
+  comm = { timeout_s = 300 },
+  -- every log window after the first (the warm-up) is timed
+  on_log = function(r) if r.iteration > warmup then windows[#windows + 1] = r end end,
+}
+local overrides = {}
+for o in env("ME_BENCH_OVERRIDES", ""):gmatch("%S+") do overrides[#overrides + 1] = o end
+me.apply_overrides(recipe, overrides)
+local trainer = me.trainer(recipe)
+me.cuda.reset_peak_memory()
+trainer:run()
+local ms, n = 0, 0
+for _, w in ipairs(windows) do ms = ms + w.ms_per_iter; n = n + 1 end
+ms = ms / n
+local r = windows[#windows]
+local tokens_per_s = r.tokens_per_s * r.ms_per_iter / ms
+local row = {
+  engine = "megaengine", model = name,
+  -- "1 GPU" as the reference rows say; parallel layouts name what differs from plain DP
+  layout = ("%s GPU%s%s%s"):format(env("WORLD_SIZE", "1"), env("WORLD_SIZE", "1") == "1" and "" or "s",
+                                   recipe.parallel.tp > 1 and (" tp=" .. recipe.parallel.tp) or "",
+                                   recipe.parallel.distributed_optimizer and " distopt" or ""),
+  micro = recipe.batch.micro, accum = 1, seq = model.seq, steps = steps,
+  tokens_per_s = tokens_per_s, ms_per_step = ms,
+  tflops_per_gpu = r.tflops_per_gpu * r.ms_per_iter / ms,
+  mfu = recipe.train.peak_tflops > 0 and r.mfu * r.ms_per_iter / ms or nil,
+  peak_mem_mib = me.cuda.memory().peak / 1048576, final_loss = r.loss,
+}
+if rank == 0 then
+  local keys, parts = {}, {}
+  for k in pairs(row) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local v = row[k]
+    parts[#parts + 1] = ("%q: %s"):format(k, type(v) == "string" and ("%q"):format(v) or tostring(v))
+  end
+  local line = "{" .. table.concat(parts, ", ") .. "}"
+  print(line)
+  local out = os.getenv("ME_BENCH_JSON")
+  if out then local f = assert(io.open(out, "a")); f:write(line, "\n"); f:close() end
+end

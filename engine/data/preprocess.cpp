@@ -1,0 +1,385 @@
+#include "engine/data/preprocess.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/data/indexed_dataset.h"
+
+namespace me::data {
+namespace {
+
+// Whole records of the input, as read.
+struct Chunk {
+  size_t index = 0;
+  int64_t first_line = 1;
+  std::string text;
+};
+
+// One chunk tokenized: its documents back to back, and the records that could not be read.
+struct ChunkResult {
+  std::vector<int64_t> tokens;
+  std::vector<size_t> lengths;  // tokens per document
+  std::vector<std::pair<int64_t, std::string>> bad;  // line, why
+  int64_t bytes = 0;
+};
+
+bool is_blank(const char* b, const char* e) {
+  for (; b != e; ++b)
+    if (*b != ' ' && *b != '\t' && *b != '\r') return false;
+  return true;
+}
+
+void add_document(const std::string& text, const PreprocessOptions& o, const Tokenizer& tok, ChunkResult& r) {
+  const size_t before = r.tokens.size();
+  tok.encode_into(text, r.tokens);
+  if (o.append_eod && r.tokens.size() > before) r.tokens.push_back(tok.eod());
+  r.lengths.push_back(r.tokens.size() - before);
+}
+
+// One JSON object per line; blank lines are not records.
+void tokenize_jsonl(const Chunk& c, const PreprocessOptions& o, const Tokenizer& tok, ChunkResult& r) {
+  const char* p = c.text.data();
+  const char* end = p + c.text.size();
+  for (int64_t line = c.first_line; p < end; ++line) {
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    const char* e = nl ? nl : end;
+    if (!is_blank(p, e)) {
+      std::string why;
+      try {
+        const auto j = nlohmann::json::parse(p, e);
+        if (!j.is_object()) {
+          why = cat("a JSON ", j.type_name(), ", expected an object with a '", o.json_key, "' string");
+        } else if (auto it = j.find(o.json_key); it == j.end()) {
+          why = cat("the record has no key '", o.json_key, "' (choose the key with --json-key)");
+        } else if (!it->is_string()) {
+          why = cat("'", o.json_key, "' is a JSON ", it->type_name(), ", expected a string");
+        } else {
+          add_document(it->get_ref<const std::string&>(), o, tok, r);
+        }
+      } catch (const nlohmann::json::parse_error& ex) {
+        // nlohmann's message starts "[json.exception.parse_error.101] parse error at line 1, ...".
+        std::string m = ex.what();
+        if (auto k = m.find("] "); k != std::string::npos) m = m.substr(k + 2);
+        why = "malformed JSON: " + m;
+      }
+      if (!why.empty()) r.bad.emplace_back(line, why);
+    }
+    p = e + 1;
+  }
+}
+
+// Paragraphs: runs of non-blank lines, each one document (its inner newlines kept).
+void tokenize_text(const Chunk& c, const PreprocessOptions& o, const Tokenizer& tok, ChunkResult& r) {
+  const char* p = c.text.data();
+  const char* end = p + c.text.size();
+  const char* start = nullptr;  // of the paragraph being collected
+  const char* last = nullptr;   // end of its last line
+  for (; p <= end;) {
+    const char* nl = p < end ? static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p))) : nullptr;
+    const char* e = nl ? nl : end;
+    const bool blank = is_blank(p, e);
+    if (!blank) {
+      if (!start) start = p;
+      last = e;
+    }
+    if ((blank || !nl) && start) {
+      add_document(std::string(start, last), o, tok, r);
+      start = nullptr;
+    }
+    if (!nl) break;
+    p = nl + 1;
+  }
+}
+
+// Where the last complete record of `buf` ends (one past its separator), or npos.
+size_t last_boundary(const std::string& buf, bool text) {
+  if (!text) {
+    const size_t k = buf.rfind('\n');
+    return k == std::string::npos ? k : k + 1;
+  }
+  const size_t k = buf.rfind("\n\n");
+  return k == std::string::npos ? k : k + 2;
+}
+
+class ProgressLine {
+ public:
+  ProgressLine(bool on, int64_t total)
+      : on_(on), tty_(isatty(2) == 1), total_(total), printed_(std::chrono::steady_clock::now()) {}
+  void update(const PreprocessStats& s, bool last) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    // A terminal gets a live line; a log file (sbatch) a line every few seconds.
+    const double every = tty_ ? 0.25 : 5.0;
+    if (!last && std::chrono::duration<double>(now - printed_).count() < every) return;
+    printed_ = now;
+    const double pct = total_ > 0 ? 100.0 * static_cast<double>(s.bytes) / static_cast<double>(total_) : 100.0;
+    const int width = 30, filled = static_cast<int>(pct / 100.0 * width);
+    std::fprintf(stderr, "%spreprocess [%.*s%*s] %5.1f%% %8.1f MB / %.1f MB  %6.1f MB/s  %lld documents  %lld tokens%s",
+                 tty_ ? "\r" : "", filled, "##############################", width - filled, "", pct,
+                 static_cast<double>(s.bytes) / 1e6, static_cast<double>(total_) / 1e6, s.mb_per_s(),
+                 static_cast<long long>(s.documents), static_cast<long long>(s.tokens), tty_ && !last ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool on_, tty_;
+  int64_t total_;
+  std::chrono::steady_clock::time_point printed_;
+};
+
+}  // namespace
+
+std::string megatron_output_prefix(const std::string& output_prefix, const std::string& json_key) {
+  return output_prefix + "_" + json_key + "_document";
+}
+
+PreprocessStats preprocess(const PreprocessOptions& o, const Tokenizer& tok) {
+  ME_CHECK(o.format == "jsonl" || o.format == "text", "input format '", o.format, "' is unknown: use jsonl or text");
+  ME_CHECK(o.workers >= 1 && o.workers <= 1024, "--workers must be between 1 and 1024, got ", o.workers);
+  ME_CHECK(!o.output.empty(), "no output prefix given (--output-prefix)");
+  std::FILE* in = std::fopen(o.input.c_str(), "rb");
+  if (!in) fail("cannot open input '", o.input, "': ", std::strerror(errno));
+  // Closed after the threads are joined (declared before the Joiner below).
+  struct FileCloser {
+    std::FILE* f;
+    ~FileCloser() { std::fclose(f); }
+  } closer{in};
+  std::fseek(in, 0, SEEK_END);
+  const int64_t total = std::ftell(in);
+  std::fseek(in, 0, SEEK_SET);
+  const bool text = o.format == "text";
+  const auto t0 = std::chrono::steady_clock::now();
+
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<Chunk> todo;
+  std::map<size_t, ChunkResult> done;
+  size_t read = 0, written = 0;  // chunks handed out / chunks written
+  bool eof = false, stop = false;
+  std::string reader_error;
+  const size_t in_flight = 4 * static_cast<size_t>(o.workers);  // bounds memory
+
+  auto reader = [&] {
+    std::string carry;
+    int64_t line = 1;
+    std::vector<char> buf(o.chunk_bytes);
+    for (;;) {
+      const size_t n = std::fread(buf.data(), 1, buf.size(), in);
+      if (n == 0 && std::ferror(in)) {
+        std::lock_guard<std::mutex> g(m);
+        reader_error = cat("cannot read '", o.input, "': ", std::strerror(errno));
+        break;
+      }
+      carry.append(buf.data(), n);
+      const bool at_end = n == 0;
+      size_t cut = at_end ? carry.size() : last_boundary(carry, text);
+      if (cut == std::string::npos || cut == 0 || (at_end && carry.empty())) {
+        if (at_end) break;
+        continue;  // a record longer than a chunk: read on
+      }
+      Chunk c;
+      c.first_line = line;
+      c.text = carry.substr(0, cut);
+      carry.erase(0, cut);
+      for (char ch : c.text) line += ch == '\n';
+      std::unique_lock<std::mutex> g(m);
+      cv.wait(g, [&] { return stop || read - written < in_flight; });
+      if (stop) return;
+      c.index = read++;
+      todo.push_back(std::move(c));
+      cv.notify_all();
+    }
+    std::lock_guard<std::mutex> g(m);
+    eof = true;
+    cv.notify_all();
+  };
+  auto worker = [&] {
+    for (;;) {
+      Chunk c;
+      {
+        std::unique_lock<std::mutex> g(m);
+        cv.wait(g, [&] { return stop || !todo.empty() || eof; });
+        if (stop || todo.empty()) return;
+        c = std::move(todo.front());
+        todo.pop_front();
+      }
+      ChunkResult r;
+      r.bytes = static_cast<int64_t>(c.text.size());
+      try {
+        (text ? tokenize_text : tokenize_jsonl)(c, o, tok, r);
+      } catch (const std::exception& e) {  // a tokenizer failure: reported as the chunk's first line
+        r.bad.emplace_back(c.first_line, e.what());
+      }
+      std::lock_guard<std::mutex> g(m);
+      done.emplace(c.index, std::move(r));
+      cv.notify_all();
+    }
+  };
+
+  std::vector<std::thread> threads;
+  // Joins the threads however this function is left (an error stops them first).
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    std::mutex& m;
+    std::condition_variable& cv;
+    bool& stop;
+    ~Joiner() {
+      {
+        std::lock_guard<std::mutex> g(m);
+        stop = true;
+      }
+      cv.notify_all();
+      for (auto& t : threads) t.join();
+    }
+  } joiner{threads, m, cv, stop};
+  threads.emplace_back(reader);
+  for (int i = 0; i < o.workers; ++i) threads.emplace_back(worker);
+
+  IndexedDatasetWriter writer(o.output, dtype_for_vocab(tok.vocab_size()));
+  PreprocessStats s;
+  ProgressLine progress(o.progress, total);
+  int warned = 0;
+  for (;;) {
+    ChunkResult r;
+    {
+      std::unique_lock<std::mutex> g(m);
+      cv.wait(g, [&] { return done.count(written) || !reader_error.empty() || (eof && written == read); });
+      if (!reader_error.empty()) fail(reader_error);
+      if (!done.count(written)) break;  // everything read has been written
+      r = std::move(done[written]);
+      done.erase(written);
+      ++written;
+      cv.notify_all();
+    }
+    for (const auto& [line, why] : r.bad) {
+      if (!o.skip_bad_records)
+        fail(o.input, ":", line, ": ", why, "; fix or remove the record, or pass --skip-bad-records to skip it (",
+             o.output, ".bin/.idx not written)");
+      if (warned++ < 10) std::fprintf(stderr, "preprocess: skipping %s:%lld: %s\n", o.input.c_str(), static_cast<long long>(line), why.c_str());
+      ++s.skipped;
+    }
+    size_t at = 0;
+    for (size_t n : r.lengths) {
+      if (n > 0) writer.add_sequence(r.tokens.data() + at, n);
+      writer.end_document();
+      at += n;
+    }
+    s.documents += static_cast<int64_t>(r.lengths.size());
+    s.tokens += static_cast<int64_t>(r.tokens.size());
+    s.bytes += r.bytes;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    progress.update(s, false);
+  }
+  writer.finalize();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  progress.update(s, true);
+  return s;
+}
+
+}  // namespace me::data
+
+namespace me::data {
+namespace {
+
+const char* kPreprocessUsage =
+    "usage: megaengine preprocess --input FILE --output-prefix PREFIX --tokenizer gpt2|sentencepiece [options]\n"
+    "\n"
+    "  --input FILE            jsonl (one JSON object per line), or text with --input-format text\n"
+    "  --output-prefix PREFIX  writes PREFIX_<key>_document.bin/.idx (Megatron's names)\n"
+    "  --tokenizer KIND        gpt2 | sentencepiece (also Megatron's GPT2BPETokenizer,\n"
+    "                          SentencePieceTokenizer, Llama2Tokenizer)\n"
+    "  --vocab-file F          gpt2: encoder.json / vocab.json (default: the fetched asset)\n"
+    "  --merge-file F          gpt2: vocab.bpe / merges.txt (default: the fetched asset)\n"
+    "  --tokenizer-model F     sentencepiece: tokenizer.model\n"
+    "  --json-key KEY          the record's text field (default text)\n"
+    "  --input-format FMT      jsonl (default) | text (a document per blank-line separated paragraph)\n"
+    "  --append-eod            the end-of-document id after every document\n"
+    "  --workers N             tokenizing threads (default 1)\n"
+    "  --skip-bad-records      skip malformed records with a warning (default: fail naming the line)\n"
+    "  --no-progress           no progress line on stderr\n"
+    "\n"
+    "exit status: 0 done, 1 failed (nothing written), 2 bad usage\n";
+
+}  // namespace
+
+int preprocess_main(int argc, char** argv, const std::string& asset_dir) {
+  PreprocessOptions o;
+  TokenizerSpec t;
+  std::string prefix;
+  auto usage_error = [](const std::string& m) {
+    std::fprintf(stderr, "megaengine preprocess: %s\n(see megaengine preprocess --help)\n", m.c_str());
+    return 2;
+  };
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string& into) {
+      if (i + 1 >= argc) return false;
+      into = argv[++i];
+      return true;
+    };
+    bool ok = true;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kPreprocessUsage, stdout);
+      return 0;
+    } else if (a == "--input") ok = value(o.input);
+    else if (a == "--output-prefix") ok = value(prefix);
+    else if (a == "--tokenizer" || a == "--tokenizer-type") ok = value(t.kind);
+    else if (a == "--vocab-file") ok = value(t.vocab_file);
+    else if (a == "--merge-file") ok = value(t.merge_file);
+    else if (a == "--tokenizer-model") ok = value(t.model_file);
+    else if (a == "--json-key" || a == "--json-keys") ok = value(o.json_key);
+    else if (a == "--input-format") ok = value(o.format);
+    else if (a == "--append-eod") o.append_eod = true;
+    else if (a == "--skip-bad-records") o.skip_bad_records = true;
+    else if (a == "--no-progress") o.progress = false;
+    else if (a == "--workers") {
+      std::string v;
+      char* end = nullptr;
+      ok = value(v);
+      const long n = ok ? std::strtol(v.c_str(), &end, 10) : 0;
+      if (ok && (!end || *end || n < 1 || n > 1024)) return usage_error("--workers needs a number from 1 to 1024, got '" + v + "'");
+      o.workers = static_cast<int>(n);
+    } else {
+      return usage_error("unknown argument '" + a + "'");
+    }
+    if (!ok) return usage_error(a + " needs a value");
+  }
+  if (o.input.empty()) return usage_error("--input is required");
+  if (prefix.empty()) return usage_error("--output-prefix is required");
+  if (t.kind == "GPT2BPETokenizer") t.kind = "gpt2";
+  if (t.kind == "SentencePieceTokenizer" || t.kind == "Llama2Tokenizer" || t.kind == "GPTSentencePieceTokenizer") t.kind = "sentencepiece";
+  if (t.kind.empty()) return usage_error("--tokenizer is required (gpt2 or sentencepiece)");
+  if (t.kind == "gpt2" && t.vocab_file.empty()) t.vocab_file = asset_dir + "/gpt2-encoder.json";
+  if (t.kind == "gpt2" && t.merge_file.empty()) t.merge_file = asset_dir + "/gpt2-vocab.bpe";
+  o.output = o.format == "text" ? prefix + "_text_document" : megatron_output_prefix(prefix, o.json_key);
+  try {
+    const auto tok = make_tokenizer(t);
+    const auto s = preprocess(o, *tok);
+    std::printf("preprocess: %s -> %s.bin/.idx: %lld documents, %lld tokens, %lld skipped, %.1f MB in %.2f s "
+                "(%.2f MB/s, %d workers, %s)\n",
+                o.input.c_str(), o.output.c_str(), static_cast<long long>(s.documents), static_cast<long long>(s.tokens),
+                static_cast<long long>(s.skipped), static_cast<double>(s.bytes) / 1e6, s.seconds, s.mb_per_s(), o.workers,
+                tok->describe().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "megaengine preprocess: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace me::data

@@ -1,0 +1,57 @@
+// Where the trainer's batches come from, whatever the data kind: byte-level text (windows at
+// random offsets, drawn from the shared seed) or Megatron .bin/.idx datasets through the
+// prefetching BatchLoader; plus the tokenizer that turns prompts and samples into text.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/data/byte_text.h"
+#include "engine/data/gpt_loader.h"
+#include "engine/train/run_spec.h"
+
+namespace me::train {
+
+struct DataLayout {
+  int64_t global_batch = 1, micro = 1, dp = 1, dp_rank = 0, accumulation = 1, iters = 1;
+  int64_t consumed_samples = 0;  // where a resumed run starts
+  bool pin_memory = false;
+};
+
+class TrainData {
+ public:
+  // Rank 0 preprocesses data.source if asked and builds the index caches; the other ranks
+  // wait for it on the world group of `comm` (nullptr: a single process) and then load them.
+  TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout layout);
+  ~TrainData();
+
+  // This rank's share of the next global batch: [accumulation x micro, seq] tokens and labels.
+  data::TokenBatch next_train();
+  // Validation batch i (i < eval_iters) of `micro` samples: the same on every rank and every call.
+  data::TokenBatch valid_batch(int64_t i);
+  int64_t consumed_samples() const;
+
+  int64_t vocab() const;  // ids the data may contain: the tokenizer's, 256 for bytes, 0: unknown
+  bool can_decode() const { return kind_ == "text" || tokenizer_ != nullptr; }
+  std::vector<int64_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+  std::string describe() const;
+
+ private:
+  std::string kind_;
+  DataLayout layout_;
+  std::mt19937_64 rng_;  // text: the shared seed every rank draws whole global batches from
+  uint64_t seed_;
+  std::unique_ptr<data::ByteTextDataset> text_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::unique_ptr<data::BatchLoader> loader_;
+  std::shared_ptr<const data::GPTSamples> valid_;
+  std::string description_;
+  int64_t text_consumed_ = 0;
+};
+
+}  // namespace me::train
