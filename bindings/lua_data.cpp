@@ -5,8 +5,9 @@
 #include "bindings/lua_model.h"
 #include "bindings/lua_tensor.h"
 #include "bindings/modules.h"
+#include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
 #include "engine/data/gpt_loader.h"
-#ifdef ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
 #include "engine/data/preprocess.h"
 #endif
 
@@ -26,7 +27,7 @@ data::TokenizerSpec read_tokenizer_spec(lua_State* L, int t) {
 }
 
 std::unique_ptr<data::Tokenizer> make(const data::TokenizerSpec& s) {
-#ifdef ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
   return data::make_tokenizer(s);
 #else
   fail("tokenizer '", s.kind, "': this megaengine was built without its tokenizers (libpcre2-dev, nlohmann-json3-dev)");
@@ -92,7 +93,7 @@ int tok_tostring(lua_State* L) {
 // skip_bad_records } -> { documents, tokens, skipped, bytes, seconds }
 int preprocess(lua_State* L) {
   check_table(L, 1);
-#ifdef ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
   data::PreprocessOptions o;
   o.input = field_string(L, 1, "input", "preprocess");
   o.output = field_string(L, 1, "output", "preprocess");

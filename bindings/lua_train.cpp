@@ -155,6 +155,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     tr.iters = field_integer(L, t, "iters", "train", tr.iters);
     tr.samples = field_integer(L, t, "samples", "train", tr.samples);
     tr.peak_tflops = field_number(L, t, "peak_tflops", "train", tr.peak_tflops);
+    tr.profile_phases = field_boolean(L, t, "profile_phases", "train", tr.profile_phases);
     tr.log_interval = field_integer(L, t, "log_interval", "train", tr.log_interval);
     tr.eval_interval = field_integer(L, t, "eval_interval", "train", tr.eval_interval);
     tr.eval_iters = field_integer(L, t, "eval_iters", "train", tr.eval_iters);
@@ -212,6 +213,14 @@ void push_record(lua_State* L, const train::LogRecord& rec) {
   set_n("tokens_per_s", rec.tokens_per_s);
   set_n("tflops_per_gpu", rec.tflops_per_gpu);
   set_n("mfu", rec.mfu);
+  if (rec.phase_ms[1] > 0) {  // train.profile_phases: { data =, forward =, ... } ms per iteration
+    lua_createtable(L, 0, 5);
+    for (int i = 0; i < 5; ++i) {
+      lua_pushnumber(L, rec.phase_ms[i]);
+      lua_setfield(L, -2, train::LogRecord::kPhaseNames[i]);
+    }
+    lua_setfield(L, -2, "phases");
+  }
   set_i("global_batch", rec.global_batch);
   set_i("skipped", rec.skipped);
   if (rec.val_loss >= 0) set_n("val_loss", rec.val_loss);

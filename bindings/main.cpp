@@ -14,7 +14,8 @@
 #include "engine/comm/launcher.h"
 #include "bindings/repl.h"
 #include "engine/core/log.h"
-#ifdef ME_HAVE_TOKENIZERS
+#include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
 #include "engine/data/preprocess.h"
 #endif
 
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
         return die(e.what());
       }
     } else if (a == "preprocess" && recipe.empty()) {
-#ifdef ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
       const char* assets = std::getenv("ME_ASSET_DIR");
       return me::data::preprocess_main(argc - i - 1, argv + i + 1, assets ? assets : ME_SOURCE_DIR "/assets");
 #else

@@ -1,5 +1,6 @@
 // SentencePiece tokenizers (LLaMA's tokenizer.model and any model from spm_train), through Debian's
-// libsentencepiece. Only in builds where it was found (ME_HAVE_SENTENCEPIECE); sentencepiece's
+// libsentencepiece, loaded at run time from libme_sentencepiece.so (see sentencepiece_plugin.cpp for why).
+// Only in builds where it was found (ME_HAVE_SENTENCEPIECE); sentencepiece's
 // header stays in the .cpp, so code that includes this one needs nothing but the library to link.
 //
 // encode: SentencePieceProcessor::Encode, so the ids are exactly those of spm_encode and of

@@ -80,9 +80,7 @@ AttentionImpl::AttentionImpl(const TransformerConfig& c, TensorParallel tp, std:
       selective_recompute_(c.recompute == "selective"),
       rope_(std::move(rope)) {
   const int64_t d = c.head_dim();
-  q_ = register_module("q", parallel::ColumnParallelLinear(c.hidden, c.heads * d, c.bias, tp));
-  k_ = register_module("k", parallel::ColumnParallelLinear(c.hidden, c.groups() * d, c.bias, tp));
-  v_ = register_module("v", parallel::ColumnParallelLinear(c.hidden, c.groups() * d, c.bias, tp));
+  qkv_ = register_module("qkv", parallel::ColumnParallelLinear(c.hidden, (c.heads + 2 * c.groups()) * d, c.bias, tp));
   proj_ = register_module("proj", parallel::RowParallelLinear(c.heads * d, c.hidden, c.bias, tp));
   core_fn_ = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) { return core(q, k, v); };
 }
@@ -96,10 +94,14 @@ torch::Tensor AttentionImpl::core(const torch::Tensor& q, const torch::Tensor& k
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
-  auto split = [&](const torch::Tensor& t, int64_t n) {  // [b, s, n*d] -> [b, n, s, d]
-    return t.view({t.size(0), t.size(1), n, head_dim_}).transpose(1, 2);
-  };
-  auto q = split(q_->forward(x), heads_), k = split(k_->forward(x), groups_), v = split(v_->forward(x), groups_);
+  // [b, s, groups * (rep + 2) * d] -> per group: rep query heads, a key, a value
+  const int64_t rep = heads_ / groups_;
+  auto qkv = qkv_->forward(x);
+  const int64_t b = qkv.size(0), s = qkv.size(1);
+  qkv = qkv.view({b, s, groups_, rep + 2, head_dim_});
+  auto q = qkv.narrow(3, 0, rep).reshape({b, s, heads_, head_dim_}).transpose(1, 2);  // [b, heads, s, d]
+  auto k = qkv.select(3, rep).transpose(1, 2);                                       // [b, groups, s, d]
+  auto v = qkv.select(3, rep + 1).transpose(1, 2);
   if (rope_) {
     q = rope_->apply(q);
     k = rope_->apply(k);
@@ -113,8 +115,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
 
 MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp) : swiglu_(c.activation == "swiglu") {
   if (swiglu_) {
-    gate_ = register_module("gate", parallel::ColumnParallelLinear(c.hidden, c.ffn(), c.bias, tp));
-    up_ = register_module("up", parallel::ColumnParallelLinear(c.hidden, c.ffn(), c.bias, tp));
+    gate_up_ = register_module("gate_up", parallel::ColumnParallelLinear(c.hidden, 2 * c.ffn(), c.bias, tp));
     down_ = register_module("down", parallel::RowParallelLinear(c.ffn(), c.hidden, c.bias, tp));
   } else {
     fc1_ = register_module("fc1", parallel::ColumnParallelLinear(c.hidden, c.ffn(), c.bias, tp));
@@ -123,7 +124,11 @@ MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp) : swiglu_(c.acti
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  if (swiglu_) return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+  if (swiglu_) {
+    auto h = gate_up_->forward(x);
+    auto pairs = h.view({h.size(0), h.size(1), h.size(2) / 2, 2});  // [..., f, (gate, up)]
+    return down_->forward(torch::silu(pairs.select(3, 0)) * pairs.select(3, 1));
+  }
   // tanh-approximated GeLU, as GPT-2 and Megatron's bias-gelu use.
   return fc2_->forward(torch::gelu(fc1_->forward(x), "tanh"));
 }

@@ -26,7 +26,10 @@ class AttentionImpl : public torch::nn::Module {
   int64_t heads_, groups_, head_dim_;
   bool selective_recompute_;
   std::shared_ptr<parallel::Rotary> rope_;
-  parallel::ColumnParallelLinear q_{nullptr}, k_{nullptr}, v_{nullptr};
+  // One projection for queries, keys and values (one GEMM), rows grouped as Megatron's
+  // linear_qkv: per key/value group, its heads/groups query heads, then its key, then its value.
+  // Tensor parallelism splits whole groups, so the layout does not depend on tp.
+  parallel::ColumnParallelLinear qkv_{nullptr};
   parallel::RowParallelLinear proj_{nullptr};
   std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)> core_fn_;
 };
@@ -39,7 +42,9 @@ class MLPImpl : public torch::nn::Module {
 
  private:
   bool swiglu_;
-  parallel::ColumnParallelLinear fc1_{nullptr}, gate_{nullptr}, up_{nullptr};
+  // SwiGLU's gate and up projections as one GEMM, rows interleaved (gate 0, up 0, gate 1, ...)
+  // so that any tensor-parallel slice holds matching pairs.
+  parallel::ColumnParallelLinear fc1_{nullptr}, gate_up_{nullptr};
   parallel::RowParallelLinear fc2_{nullptr}, down_{nullptr};
 };
 TORCH_MODULE(MLP);

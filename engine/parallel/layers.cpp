@@ -102,15 +102,17 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
     auto* g = reinterpret_cast<comm::ProcessGroup*>(group);
     const int64_t local = logits.size(-1);
     const int64_t start = g ? local * g->rank() : 0;
-    auto x = logits.to(torch::kFloat);
+    // One fp32 copy of the logits, turned into the softmax in place: the [tokens, vocab]
+    // tensors are the largest of the step, and each extra one costs a pass and its memory.
+    auto x = logits.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);  // never the input itself
     auto max = std::get<0>(x.max(-1));
     if (g) g->all_reduce(max, comm::ReduceOp::max);
-    auto shifted = x - max.unsqueeze(-1);
+    x.sub_(max.unsqueeze(-1));
     auto in_range = (labels >= start) & (labels < start + local);
     auto local_label = (labels - start).masked_fill(~in_range, 0);
-    auto target = shifted.gather(-1, local_label.unsqueeze(-1)).squeeze(-1).masked_fill(~in_range, 0.0);
-    auto exp = shifted.exp();
-    auto sum_exp = exp.sum(-1);
+    auto target = x.gather(-1, local_label.unsqueeze(-1)).squeeze(-1).masked_fill(~in_range, 0.0);
+    x.exp_();
+    auto sum_exp = x.sum(-1);
     if (g) {
       g->all_reduce(target, comm::ReduceOp::sum);
       g->all_reduce(sum_exp, comm::ReduceOp::sum);
@@ -118,19 +120,20 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
     auto loss = sum_exp.log() - target;
     auto counted = labels != ignore_index;
     loss = loss.masked_fill(~counted, 0.0);
-    auto softmax = exp / sum_exp.unsqueeze(-1);
-    ctx->save_for_backward({softmax, local_label, in_range & counted, counted});
+    x.div_(sum_exp.unsqueeze(-1));  // the softmax
+    ctx->save_for_backward({x, local_label, in_range & counted, counted});
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
     return loss;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto grad = saved[0].clone();
     const auto& local_label = saved[1];
     const auto& hit = saved[2];
     const auto& counted = saved[3];
-    grad.scatter_add_(-1, local_label.unsqueeze(-1), -hit.to(grad.dtype()).unsqueeze(-1));
-    grad.mul_((grads[0] * counted.to(grads[0].dtype())).unsqueeze(-1));
+    // (softmax - one_hot(label)) x the incoming gradient, masked where the label is ignored.
+    auto scale = (grads[0] * counted.to(grads[0].dtype())).unsqueeze(-1);
+    auto grad = saved[0] * scale;
+    grad.scatter_add_(-1, local_label.unsqueeze(-1), -hit.to(grad.dtype()).unsqueeze(-1) * scale);
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

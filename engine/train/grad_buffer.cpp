@@ -21,6 +21,7 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
   const int64_t bucket_elems = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
   int64_t total = 0;
   offsets_.resize(params_.size());
+  written_.assign(params_.size(), 0);
   bucket_of_.resize(params_.size());
   for (size_t k = params_.size(); k-- > 0;) {
     offsets_[k] = total;
@@ -47,7 +48,7 @@ GradBuffer::~GradBuffer() { *alive_ = false; }
 
 torch::Tensor GradBuffer::view(size_t i) const { return flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]); }
 
-void GradBuffer::zero() { flat_.zero_(); }
+void GradBuffer::begin_step() { std::fill(written_.begin(), written_.end(), 0); }
 
 void GradBuffer::begin_micro_batch(bool last) {
   last_ = last;
@@ -55,7 +56,10 @@ void GradBuffer::begin_micro_batch(bool last) {
 }
 
 void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
-  view(i).add_(g.to(torch::kFloat));
+  // One kernel either way: the bf16 gradient is widened inside the copy or the add.
+  if (!written_[i]) view(i).copy_(g);
+  else view(i).add_(g);
+  written_[i] = 1;
   auto& b = buckets_[bucket_of_[i]];
   if (--b.pending == 0 && last_ && dp_ && !shard_reduce_) {
     auto slice = flat_.narrow(0, b.start, b.length);
@@ -80,6 +84,8 @@ void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
 }
 
 void GradBuffer::finish() {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!written_[i]) view(i).zero_();  // unused this step (its bucket is reduced below)
   if (!dp_) return;
   if (shard_reduce_) {
     auto shard = flat_.narrow(0, shard_start(), shard_size());

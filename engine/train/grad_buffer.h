@@ -24,7 +24,9 @@ class GradBuffer {
   GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb, bool shard_reduce);
   ~GradBuffer();
 
-  void zero();
+  // Starts a step. No zeroing pass: each parameter's first gradient of the step is copied in
+  // (later micro-batches add), and finish() zeroes the main grads of parameters that got none.
+  void begin_step();
   // Arms the hooks for one micro-batch; on the last one, full buckets start their reduction.
   void begin_micro_batch(bool last);
   // Waits for every reduction: after it the buffer (or this rank's shard) holds dp-averaged grads.
@@ -48,6 +50,7 @@ class GradBuffer {
   std::vector<torch::Tensor> params_;
   std::vector<int64_t> offsets_;
   std::vector<size_t> bucket_of_;
+  std::vector<char> written_;  // param i's main grad holds this step's gradient
   std::vector<Bucket> buckets_;
   torch::Tensor flat_;
   comm::ProcessGroup* dp_;

@@ -55,6 +55,9 @@ struct TrainSpec {
   int64_t eval_interval = 0;  // 0: evaluate only at the end
   int64_t eval_iters = 10;    // 0: no evaluation (benchmark mode)
   double peak_tflops = 0;     // the GPU's bf16 peak for MFU; 0: MFU not shown
+  // Synchronise the GPU between the phases of a step and log where the time goes (slower:
+  // the phases no longer overlap). For finding what to speed up, not for production runs.
+  bool profile_phases = false;
 };
 
 struct SampleSpec {
@@ -76,6 +79,9 @@ struct LogRecord {
   double lr = 0, loss = 0, grad_norm = 0, ms_per_iter = 0, tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;
   double val_loss = -1;  // < 0 when no evaluation ran at this iteration
   double loss_scale = 0;  // fp16 only
+  // With train.profile_phases: mean ms per iteration of each phase over the log window.
+  static constexpr const char* kPhaseNames[5] = {"data", "forward", "backward", "reduce", "optimizer"};
+  double phase_ms[5] = {0, 0, 0, 0, 0};
 };
 
 struct RunSpec {

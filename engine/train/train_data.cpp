@@ -4,7 +4,8 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
-#ifdef ME_HAVE_TOKENIZERS
+#include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
 #include "engine/data/preprocess.h"
 #endif
 
@@ -13,7 +14,7 @@ namespace {
 
 std::unique_ptr<data::Tokenizer> load_tokenizer(const data::TokenizerSpec& spec) {
   if (spec.kind.empty()) return nullptr;
-#ifdef ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
   return data::make_tokenizer(spec);
 #else
   fail("data.tokenizer (", spec.kind, ") needs the tokenizer library, which this megaengine was built without ",
@@ -34,7 +35,7 @@ void preprocess_source(const DataSpec& d, const data::Tokenizer* tokenizer) {
   const double source_time = modified(d.source);
   ME_CHECK(source_time >= 0, "data.source '", d.source, "' does not exist");
   if (modified(prefix + ".idx") >= source_time && modified(prefix + ".bin") >= source_time) return;
-#ifdef ME_HAVE_TOKENIZERS
+#if ME_HAVE_TOKENIZERS
   data::PreprocessOptions o;
   o.input = d.source;
   o.format = d.source_format;

@@ -122,22 +122,40 @@ Trainer::~Trainer() = default;
 
 bool Trainer::is_logging_rank() const { return !comm_ || comm_->rank() == 0; }
 
+void Trainer::mark_phase(int phase) {
+  if (!spec_.train.profile_phases) return;
+  if (device_.is_cuda()) compat::cuda_synchronize();
+  const double now = now_ms();
+  if (phase >= 0) phase_ms_[phase] += now - phase_mark_;
+  phase_mark_ = now;
+}
+
 StepResult Trainer::step() {
+  auto r = step_async();
+  r.loss = last_loss_.item<double>();
+  return r;
+}
+
+StepResult Trainer::step_async() {
   const double t0 = now_ms();
+  mark_phase(-1);
   model_->train();
   auto batch = data_->next_train();
   const int64_t micro = spec_.train.micro_batch;
   // Pinned on a GPU: the copies overlap with the work already queued.
   auto tokens = batch.tokens.to(device_, /*non_blocking=*/true);
   auto labels = batch.labels.to(device_, /*non_blocking=*/true);
+  mark_phase(0);
 
-  grads_->zero();
+  grads_->begin_step();
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   for (int64_t m = 0; m < accumulation_; ++m) {
     grads_->begin_micro_batch(m == accumulation_ - 1);
     auto loss = model_->loss(tokens.narrow(0, m * micro, micro), labels.narrow(0, m * micro, micro)) /
                 static_cast<double>(accumulation_);
+    mark_phase(1);
     (scaler_ ? loss * scaler_->scale() : loss).backward();
+    mark_phase(2);
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
     loss_sum += loss.detach().to(torch::kFloat);
   }
@@ -154,6 +172,7 @@ StepResult Trainer::step() {
   if (sp && !spec_.parallel.distributed_optimizer) reduce_sequence_parallel();
   if (groups_ && dp_ > 1) groups_->dp->all_reduce(loss_sum, comm::ReduceOp::avg);
   if (scaler_) grads_->flat().div_(scaler_->scale());  // unscale before the norm and the update
+  mark_phase(3);
 
   StepResult r;
   r.iteration = ++iteration_;
@@ -168,7 +187,9 @@ StepResult Trainer::step() {
     if (std::isnan(r.grad_norm)) ++nan_;
     if (!scaler_) log::warn("iteration ", iteration_, ": gradient norm is ", r.grad_norm, ", update skipped");
   }
-  r.loss = loss_sum.item<double>();  // the step's one host synchronisation
+  mark_phase(4);
+  last_loss_ = loss_sum;
+  r.loss = std::nan("");
   r.ms = now_ms() - t0;
   return r;
 }
@@ -203,6 +224,11 @@ void Trainer::log_line(const LogRecord& r) const {
   if (r.loss_scale > 0 && n > 0 && n < static_cast<int>(sizeof line))
     std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " | loss scale: %.1f", r.loss_scale);
   log::info(line);
+  if (r.phase_ms[1] > 0) {
+    std::string phases = " phases (ms per iteration, synchronised):";
+    for (int i = 0; i < 5; ++i) phases += cat(i ? " |" : "", " ", LogRecord::kPhaseNames[i], " ", std::round(r.phase_ms[i] * 10) / 10);
+    log::info(phases);
+  }
   if (r.val_loss >= 0) {
     std::snprintf(line, sizeof line, " validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.3f",
                   static_cast<long long>(r.iteration), r.val_loss, std::exp(r.val_loss));
@@ -228,24 +254,36 @@ Summary Trainer::run() {
   int64_t window_n = 0;
   const double tokens_per_step = static_cast<double>(global_batch_ * spec_.model.seq);
   const int world = comm_ ? comm_->world_size() : 1;
+  // The window's losses stay on the device until it is logged: reading each one would make the
+  // host wait for every step's end before queueing the next.
+  std::vector<torch::Tensor> window_losses;
+  std::vector<bool> window_skipped;
   while (iteration_ < iters_) {
-    const auto r = step();
-    s.losses.push_back(r.loss);
-    if (!r.skipped) {
-      window_loss += r.loss;
-      ++window_n;
-    }
+    const auto r = step_async();
+    window_losses.push_back(last_loss_);
+    window_skipped.push_back(r.skipped);
     window_ms += r.ms;
     total_ms += r.ms;
-    s.last_loss = r.loss;
     if (iteration_ % t.log_interval != 0 && iteration_ != iters_) continue;
+    const auto losses = torch::cat(window_losses).to(torch::kCPU, torch::kDouble);
+    for (size_t k = 0; k < window_losses.size(); ++k) {
+      const double loss = losses[static_cast<int64_t>(k)].item<double>();
+      s.losses.push_back(loss);
+      s.last_loss = loss;
+      if (!window_skipped[k]) {
+        window_loss += loss;
+        ++window_n;
+      }
+    }
+    window_losses.clear();
+    window_skipped.clear();
     LogRecord rec;
     rec.iteration = iteration_;
     rec.iters = iters_;
     rec.consumed_samples = consumed_samples_;
     rec.global_batch = global_batch_;
     rec.lr = r.lr;
-    rec.loss = window_n ? window_loss / static_cast<double>(window_n) : r.loss;
+    rec.loss = window_n ? window_loss / static_cast<double>(window_n) : s.last_loss;
     rec.grad_norm = r.grad_norm;
     rec.skipped = skipped_;
     rec.nan = nan_;
@@ -255,6 +293,10 @@ Summary Trainer::run() {
     rec.tflops_per_gpu = flops_per_iteration_ / (rec.ms_per_iter / 1000.0) / world / 1e12;
     if (t.peak_tflops > 0) rec.mfu = rec.tflops_per_gpu / t.peak_tflops;
     if (scaler_) rec.loss_scale = scaler_->scale();
+    for (int i = 0; i < 5; ++i) {
+      rec.phase_ms[i] = phase_ms_[i] / static_cast<double>(steps_in_window);
+      phase_ms_[i] = 0;
+    }
     const bool eval_now = t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == iters_);
     if (eval_now) s.val_loss = rec.val_loss = evaluate();
     if (s.iterations == 0) s.first_loss = rec.loss;  // the first logged (window-mean) loss

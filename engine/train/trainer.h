@@ -39,7 +39,12 @@ class Trainer {
   explicit Trainer(RunSpec spec);
   ~Trainer();
 
-  StepResult step();
+  StepResult step();  // one step, its loss read back
+  // One step without reading the loss (r.loss is NaN): the host does not wait for the GPU
+  // beyond the gradient norm, so the next step's work is queued while this one finishes.
+  // last_loss() is the step's loss, still on the device.
+  StepResult step_async();
+  const torch::Tensor& last_loss() const { return last_loss_; }
   double evaluate();  // mean validation loss over train.eval_iters fixed batches
   Summary run();      // steps until the end, logging and evaluating on the way
   std::string sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature);
@@ -71,6 +76,12 @@ class Trainer {
   int64_t dp_ = 1, dp_rank_ = 0, accumulation_ = 1, global_batch_ = 0, iters_ = 0;
   int64_t iteration_ = 0, consumed_samples_ = 0, skipped_ = 0, nan_ = 0;
   double flops_per_iteration_ = 0;
+  torch::Tensor last_loss_;
+  // train.profile_phases: ms spent in each phase (LogRecord::kPhaseNames) since the last log;
+  // "reduce" is what backward left of the gradient reduction.
+  double phase_ms_[5] = {0, 0, 0, 0, 0};
+  double phase_mark_ = 0;
+  void mark_phase(int phase);
 };
 
 }  // namespace me::train
