@@ -13,14 +13,29 @@
 #define ME_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-// at::scaled_dot_product_attention (flash / memory-efficient kernels) arrived in 2.0.
+// at::scaled_dot_product_attention (flash / memory-efficient kernels) arrived in 2.0, its
+// enable_gqa (keys/values with fewer heads, no copies) in 2.5; at::_fused_adamw_ in 2.0.
 #define ME_HAS_SDPA ME_TORCH_AT_LEAST(2, 0)
+#define ME_HAS_SDPA_GQA ME_TORCH_AT_LEAST(2, 5)
+#define ME_HAS_FUSED_ADAMW ME_TORCH_AT_LEAST(2, 0)
 
 namespace me::compat {
 
-// Causal self-attention over [batch, heads, seq, head_dim]. On 2.x this dispatches to the
-// fused flash/efficient kernels; on 1.13 it is the textbook composition (same maths).
-inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+// Causal self-attention over q [batch, heads, seq, head_dim] and k, v [batch, groups, seq,
+// head_dim] (grouped-query attention when groups < heads: each key/value head serves
+// heads / groups consecutive query heads). On 2.x this dispatches to the fused flash/efficient
+// kernels; on 1.13 it is the textbook composition (same maths).
+inline torch::Tensor causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
+  const int64_t rep = q.size(1) / k.size(1);
+#if ME_HAS_SDPA_GQA
+  if (q.is_cuda())
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                            /*scale=*/c10::nullopt, /*enable_gqa=*/rep > 1);
+#endif
+  if (rep > 1) {
+    k = k.repeat_interleave(rep, 1);
+    v = v.repeat_interleave(rep, 1);
+  }
 #if ME_HAS_SDPA
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
 #else
@@ -30,6 +45,28 @@ inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tenso
   auto mask = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   return torch::matmul(torch::softmax(scores, -1), v);
+#endif
+}
+
+// AdamW over lists of fp32 tensors in one fused CUDA kernel (params, grads, m, v each read
+// and written once); grads are divided by `grad_scale` inside it (gradient clipping at no extra
+// pass). Returns false where LibTorch has no such kernel (1.13, CPU): the caller falls back to
+// its multi-tensor composition.
+inline bool fused_adamw(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                        std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v, const torch::Tensor& step,
+                        double lr, double beta1, double beta2, double weight_decay, double eps,
+                        const torch::Tensor& grad_scale) {
+#if ME_HAS_FUSED_ADAMW && ME_TORCH_HAS_CUDA
+  if (params.empty() || !params.front().is_cuda()) return false;
+  // The kernel reads each tensor's step count from its own entry: all share one tensor.
+  std::vector<torch::Tensor> steps(params.size(), step);
+  at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2, weight_decay, eps,
+                    /*amsgrad=*/false, /*maximize=*/false, grad_scale, /*found_inf=*/c10::nullopt);
+  return true;
+#else
+  (void)params, (void)grads, (void)m, (void)v, (void)step, (void)lr, (void)beta1, (void)beta2, (void)weight_decay,
+      (void)eps, (void)grad_scale;
+  return false;
 #endif
 }
 

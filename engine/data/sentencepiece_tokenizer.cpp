@@ -1,12 +1,11 @@
 #include "engine/data/sentencepiece_tokenizer.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <string>
-#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -38,8 +37,10 @@ const Plugin& plugin() {
     if (const char* env = std::getenv("ME_SENTENCEPIECE_PLUGIN")) tried.push_back(env);
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) tried.push_back(std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path() /
-                               "libme_sentencepiece.so");
+    if (n > 0) {
+      const std::string exe(self, static_cast<size_t>(n));
+      tried.push_back(exe.substr(0, exe.rfind('/') + 1) + "libme_sentencepiece.so");
+    }
 #ifdef ME_SENTENCEPIECE_PLUGIN
     tried.push_back(ME_SENTENCEPIECE_PLUGIN);
 #endif
@@ -83,16 +84,15 @@ struct SentencePieceTokenizer::Impl {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file)
     : impl_(std::make_unique<Impl>()) {
-  namespace fs = std::filesystem;
   impl_->path = model_file;
   // Checked here first: sentencepiece's own messages for these are terse, and a directory makes
-  // it throw std::ios_base::failure from deep inside Load.
-  std::error_code ec;
-  const fs::file_status st = fs::status(model_file, ec);
-  if (!fs::exists(st))
+  // it throw std::ios_base::failure from deep inside Load. (POSIX stat, not std::filesystem:
+  // pip's libtorch exports std::filesystem symbols of another libstdc++.)
+  struct stat st {};
+  if (::stat(model_file.c_str(), &st) != 0)
     fail("cannot open SentencePiece model '", model_file, "': no such file. Pass the .model file that ",
          "spm_train wrote (--model_prefix=NAME writes NAME.model; LLaMA ships tokenizer.model)");
-  if (fs::is_directory(st))
+  if (S_ISDIR(st.st_mode))
     fail("SentencePiece model '", model_file, "' is a directory; pass the tokenizer.model file inside it");
 
   const auto& p = plugin();

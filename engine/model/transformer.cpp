@@ -86,11 +86,7 @@ AttentionImpl::AttentionImpl(const TransformerConfig& c, TensorParallel tp, std:
 }
 
 torch::Tensor AttentionImpl::core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  // Grouped-query attention: each key/value head serves heads / groups query heads.
-  const int64_t rep = heads_ / groups_;
-  auto kk = rep > 1 ? k.repeat_interleave(rep, 1) : k;
-  auto vv = rep > 1 ? v.repeat_interleave(rep, 1) : v;
-  return compat::causal_attention(q, kk, vv);
+  return compat::causal_attention(q, k, v);  // grouped-query when k, v have fewer heads
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/core/error.h"
+#include "engine/core/torch_compat.h"
 
 namespace me::optim {
 
@@ -67,9 +68,16 @@ double MasterOptimizer::global_norm() {
   return std::sqrt(sq.item<double>());
 }
 
-void MasterOptimizer::update(double lr) {
+void MasterOptimizer::update(double lr, double clip) {
   ++steps_;
+  auto clip_grads = [&] {
+    if (clip == 1.0) return;
+    std::vector<torch::Tensor> grads;
+    for (auto& s : segments_) grads.push_back(s.grad);
+    at::_foreach_mul_(grads, clip);
+  };
   if (cfg_.kind == "sgd") {  // SGD with momentum; weight decay added to the gradient
+    clip_grads();
     for (auto& s : segments_) {
       const double wd = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
       auto g = wd != 0.0 ? s.grad + wd * s.master : s.grad;
@@ -78,7 +86,15 @@ void MasterOptimizer::update(double lr) {
     }
     return;
   }
-  // AdamW as multi-tensor kernels, one list per weight-decay class.
+  // AdamW: on a GPU one fused kernel per weight-decay class, with the clipping folded in as a
+  // divisor of the gradients; elsewhere multi-tensor kernels.
+  if (!step_count_.defined()) {
+    step_count_ = torch::zeros({}, flat_grads_.options().dtype(torch::kFloat));
+    grad_divisor_ = torch::ones({}, flat_grads_.options().dtype(torch::kFloat));
+  }
+  step_count_.fill_(static_cast<double>(steps_));
+  grad_divisor_.fill_(1.0 / clip);
+  bool clipped = false;
   for (const bool decay : {true, false}) {
     std::vector<torch::Tensor> p, g, m, v;
     for (auto& s : segments_) {
@@ -88,7 +104,13 @@ void MasterOptimizer::update(double lr) {
       m.push_back(s.m);
       v.push_back(s.v);
     }
-    adamw_update(p, g, m, v, lr, decay ? cfg_.adam.weight_decay : 0.0, cfg_.adam, steps_);
+    const double wd = decay ? cfg_.adam.weight_decay : 0.0;
+    if (compat::fused_adamw(p, g, m, v, step_count_, lr, cfg_.adam.beta1, cfg_.adam.beta2, wd, cfg_.adam.eps,
+                            grad_divisor_))
+      continue;
+    if (!clipped) clip_grads();
+    clipped = true;
+    adamw_update(p, g, m, v, lr, wd, cfg_.adam, steps_);
   }
 }
 
@@ -114,13 +136,7 @@ double MasterOptimizer::step(double lr) {
   torch::NoGradGuard no_grad;
   const double norm = global_norm();
   if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
-  if (cfg_.clip > 0 && norm > cfg_.clip) {
-    const double coeff = cfg_.clip / (norm + 1e-6);
-    std::vector<torch::Tensor> grads;
-    for (auto& s : segments_) grads.push_back(s.grad);
-    at::_foreach_mul_(grads, coeff);
-  }
-  update(lr);
+  update(lr, cfg_.clip > 0 && norm > cfg_.clip ? cfg_.clip / (norm + 1e-6) : 1.0);
   write_back();
   return norm;
 }

@@ -47,7 +47,8 @@ class MasterOptimizer {
 
  private:
   double global_norm();
-  void update(double lr);
+  // `clip`: the factor the gradients are scaled by (1: not clipped).
+  void update(double lr, double clip);
   void write_back();
 
   std::vector<MasterParam> params_;
@@ -65,6 +66,7 @@ class MasterOptimizer {
   torch::Tensor master_shard_;  // distributed: this rank's fp32 masters, flat
   int64_t shard_start_ = 0, shard_size_ = 0;
   int64_t steps_ = 0;
+  torch::Tensor step_count_, grad_divisor_;  // device scalars for the fused AdamW kernel
   int64_t state_bytes_ = 0, unsharded_bytes_ = 0;
 };
 

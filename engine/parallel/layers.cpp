@@ -160,8 +160,12 @@ Rotary::Rotary(int64_t head_dim, int64_t max_seq, double base) {
 
 torch::Tensor Rotary::apply(const torch::Tensor& x) const {
   const int64_t s = x.size(2), half = x.size(-1) / 2;
-  auto cos = cos_.narrow(0, 0, s).to(x.device(), x.scalar_type());
-  auto sin = sin_.narrow(0, 0, s).to(x.device(), x.scalar_type());
+  if (!cos_cached_.defined() || cos_cached_.device() != x.device() || cos_cached_.scalar_type() != x.scalar_type()) {
+    cos_cached_ = cos_.to(x.device(), x.scalar_type());
+    sin_cached_ = sin_.to(x.device(), x.scalar_type());
+  }
+  auto cos = cos_cached_.narrow(0, 0, s);
+  auto sin = sin_cached_.narrow(0, 0, s);
   auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
 }

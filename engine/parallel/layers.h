@@ -103,7 +103,9 @@ class Rotary {
   torch::Tensor apply(const torch::Tensor& x) const;
 
  private:
-  torch::Tensor cos_, sin_;  // [max_seq, head_dim]
+  torch::Tensor cos_, sin_;  // [max_seq, head_dim], fp32 on the CPU
+  // The tables on the device and in the dtype last asked for: made once, not every layer and step.
+  mutable torch::Tensor cos_cached_, sin_cached_;
 };
 
 }  // namespace me::parallel

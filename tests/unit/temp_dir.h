@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 #include <stdlib.h>
 
-#include <filesystem>
+#include <ftw.h>
+#include <stdio.h>
+
 #include <string>
 
 struct TempDir {
@@ -13,7 +15,12 @@ struct TempDir {
     REQUIRE(::mkdtemp(tmpl) != nullptr);
     path = tmpl;
   }
-  ~TempDir() { std::filesystem::remove_all(path); }
+  // nftw, not std::filesystem::remove_all: pip's libtorch exports std::filesystem symbols of
+  // another libstdc++ that take over this binary's calls, and their path layout differs (crash).
+  ~TempDir() {
+    nftw(path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+         FTW_DEPTH | FTW_PHYS);
+  }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::string operator/(const std::string& name) const { return path + "/" + name; }
