@@ -18,6 +18,8 @@
 #define ME_HAS_SDPA ME_TORCH_AT_LEAST(2, 0)
 #define ME_HAS_SDPA_GQA ME_TORCH_AT_LEAST(2, 5)
 #define ME_HAS_FUSED_ADAMW ME_TORCH_AT_LEAST(2, 0)
+// at::rms_norm arrived in 2.4 (a fused CUDA kernel behind it in later releases).
+#define ME_HAS_RMS_NORM ME_TORCH_AT_LEAST(2, 4)
 
 namespace me::compat {
 
@@ -68,6 +70,16 @@ inline bool fused_adamw(std::vector<torch::Tensor>& params, const std::vector<to
       (void)eps, (void)grad_scale;
   return false;
 #endif
+}
+
+// RMSNorm over the last dimension, statistics in fp32: x / sqrt(mean(x^2) + eps) * weight.
+inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+#if ME_HAS_RMS_NORM
+  if (x.is_cuda()) return at::rms_norm(x, {x.size(-1)}, weight, eps);
+#endif
+  auto xf = x.to(torch::kFloat);
+  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (y * weight.to(torch::kFloat)).to(x.scalar_type());
 }
 
 inline std::string torch_version() { return TORCH_VERSION; }

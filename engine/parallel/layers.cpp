@@ -1,6 +1,7 @@
 #include "engine/parallel/layers.h"
 
 #include "engine/core/error.h"
+#include "engine/core/torch_compat.h"
 #include "engine/parallel/mappings.h"
 
 namespace me::parallel {
@@ -87,9 +88,7 @@ RMSNormImpl::RMSNormImpl(int64_t hidden, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto xf = x.to(torch::kFloat);
-  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return (y * weight.to(torch::kFloat)).to(x.scalar_type());
+  return compat::rms_norm(x, weight, eps_);
 }
 
 namespace {

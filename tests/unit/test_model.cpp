@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/core/torch_compat.h"
 #include "engine/model/transformer.h"
 
 using me::model::Transformer;
@@ -204,4 +205,29 @@ TEST_CASE("generate extends the prompt and is deterministic for a seed", "[model
   REQUIRE(a.size() == 13);
   CHECK(a == b);
   for (auto t : a) CHECK((t >= 0 && t < 97));
+}
+
+TEST_CASE("RMSNorm on the GPU (LibTorch's fused kernel where it has one) matches the fp32 composition", "[model][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA GPU: checked on the GPU machine");
+    return;
+  }
+  torch::manual_seed(5);
+  const auto dev = torch::Device(torch::kCUDA, 0);
+  auto x = torch::randn({4, 64, 1024}, torch::TensorOptions().device(dev)).to(torch::kBFloat16).requires_grad_(true);
+  auto w = (1 + 0.1 * torch::randn({1024}, torch::TensorOptions().device(dev))).to(torch::kBFloat16).requires_grad_(true);
+  auto gy = torch::randn({4, 64, 1024}, torch::TensorOptions().device(dev)).to(torch::kBFloat16);
+  auto y = me::compat::rms_norm(x, w, 1e-5);
+  y.backward(gy);
+  // The reference in fp32 from the same bf16 inputs.
+  auto xr = x.detach().to(torch::kFloat).requires_grad_(true), wr = w.detach().to(torch::kFloat).requires_grad_(true);
+  auto yr = xr * torch::rsqrt(xr.pow(2).mean(-1, true) + 1e-5) * wr;
+  yr.backward(gy.to(torch::kFloat));
+  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a.to(torch::kFloat) - b).norm() / b.norm()).item<double>();
+  };
+  CHECK(y.scalar_type() == torch::kBFloat16);
+  CHECK(rel(y, yr) < 1e-2);  // bf16 outputs: ~3 significant digits
+  CHECK(rel(x.grad(), xr.grad()) < 2e-2);
+  CHECK(rel(w.grad(), wr.grad()) < 2e-2);
 }
