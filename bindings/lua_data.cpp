@@ -7,6 +7,7 @@
 #include "bindings/modules.h"
 #include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
 #include "engine/data/gpt_loader.h"
+#include "engine/train/train_data.h"
 #if ME_HAVE_TOKENIZERS
 #include "engine/data/preprocess.h"
 #endif
@@ -17,23 +18,6 @@ namespace {
 const char* const kTokenizerMeta = "me.Tokenizer";
 const char* const kLoaderMeta = "me.BatchLoader";
 
-data::TokenizerSpec read_tokenizer_spec(lua_State* L, int t) {
-  data::TokenizerSpec s;
-  s.kind = field_string(L, t, "kind", "tokenizer");
-  s.vocab_file = field_string(L, t, "vocab_file", "tokenizer", std::string());
-  s.merge_file = field_string(L, t, "merge_file", "tokenizer", std::string());
-  s.model_file = field_string(L, t, "model_file", "tokenizer", std::string());
-  return s;
-}
-
-std::unique_ptr<data::Tokenizer> make(const data::TokenizerSpec& s) {
-#if ME_HAVE_TOKENIZERS
-  return data::make_tokenizer(s);
-#else
-  fail("tokenizer '", s.kind, "': this megaengine was built without its tokenizers (libpcre2-dev, nlohmann-json3-dev)");
-#endif
-}
-
 using TokenizerBox = std::unique_ptr<data::Tokenizer>;
 
 data::Tokenizer& check_tokenizer(lua_State* L) {
@@ -43,7 +27,7 @@ data::Tokenizer& check_tokenizer(lua_State* L) {
 // core.tokenizer(spec) -> tokenizer
 int tokenizer_new(lua_State* L) {
   check_table(L, 1);
-  auto tok = make(read_tokenizer_spec(L, 1));
+  auto tok = train::load_tokenizer(read_tokenizer_spec(L, 1, "tokenizer"));
   push_object<TokenizerBox>(L, kTokenizerMeta, std::move(tok));
   return 1;
 }
@@ -104,7 +88,7 @@ int preprocess(lua_State* L) {
   o.skip_bad_records = field_boolean(L, 1, "skip_bad_records", "preprocess", o.skip_bad_records);
   o.progress = field_boolean(L, 1, "progress", "preprocess", false);
   if (!push_field_table(L, 1, "tokenizer", "preprocess")) fail("preprocess: 'tokenizer' is required");
-  auto tok = make(read_tokenizer_spec(L, lua_gettop(L)));
+  auto tok = train::load_tokenizer(read_tokenizer_spec(L, lua_gettop(L), "preprocess.tokenizer"));
   lua_pop(L, 1);
   const auto s = data::preprocess(o, *tok);
   lua_createtable(L, 0, 5);
@@ -139,12 +123,8 @@ int loader_new(lua_State* L) {
   check_table(L, 2);
   const auto d = read_data_spec(L, 1);
   ME_CHECK(d.kind == "gpt", "me.data.loader reads me.data.gpt{} data, got kind '", d.kind, "'");
-  data::GPTDataConfig c;
-  c.blend = d.blend;
-  c.split = d.split;
-  c.cache_dir = d.cache_dir;
-  c.seq_length = static_cast<size_t>(field_integer(L, 2, "seq", "loader"));
-  c.seed = static_cast<uint64_t>(field_integer(L, 2, "seed", "loader", 1234));
+  const auto c = train::gpt_data_config(d, field_integer(L, 2, "seq", "loader"),
+                                        static_cast<uint64_t>(field_integer(L, 2, "seed", "loader", 1234)));
   data::LoaderOptions o;
   o.micro = field_integer(L, 2, "micro", "loader");
   o.dp = field_integer(L, 2, "dp", "loader", 1);
@@ -180,6 +160,15 @@ int loader_tostring(lua_State* L) {
 }
 
 }  // namespace
+
+data::TokenizerSpec read_tokenizer_spec(lua_State* L, int t, const std::string& path) {
+  data::TokenizerSpec s;
+  s.kind = field_string(L, t, "kind", path);
+  s.vocab_file = field_string(L, t, "vocab_file", path, std::string());
+  s.merge_file = field_string(L, t, "merge_file", path, std::string());
+  s.model_file = field_string(L, t, "model_file", path, std::string());
+  return s;
+}
 
 void open_data(lua_State* L, int core) {
   static const luaL_Reg tok_methods[] = {{"encode", wrapped<tok_encode>}, {"decode", wrapped<tok_decode>},

@@ -27,5 +27,8 @@ void push_model(lua_State* L, LuaModel m);
 
 // Reads a data table (me.data.text{...} / me.data.gpt{...}) at stack index t.
 train::DataSpec read_data_spec(lua_State* L, int t);
+// Reads a tokenizer table (me.tokenizer.gpt2{...} / sentencepiece{...}) at stack index t;
+// `path` names it in messages.
+data::TokenizerSpec read_tokenizer_spec(lua_State* L, int t, const std::string& path);
 
 }  // namespace me::lua

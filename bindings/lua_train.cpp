@@ -70,11 +70,7 @@ train::DataSpec read_data_spec(lua_State* L, int t) {
   d.json_key = field_string(L, t, "json_key", "data", d.json_key);
   ME_CHECK(d.source.empty() || d.blend.size() == 1, "data.source needs a single data.prefix to preprocess into");
   if (push_field_table(L, t, "tokenizer", "data")) {
-    const int k = lua_gettop(L);
-    d.tokenizer.kind = field_string(L, k, "kind", "data.tokenizer");
-    d.tokenizer.vocab_file = field_string(L, k, "vocab_file", "data.tokenizer", std::string());
-    d.tokenizer.merge_file = field_string(L, k, "merge_file", "data.tokenizer", std::string());
-    d.tokenizer.model_file = field_string(L, k, "model_file", "data.tokenizer", std::string());
+    d.tokenizer = read_tokenizer_spec(L, lua_gettop(L), "data.tokenizer");
     lua_pop(L, 1);
   }
   return d;

@@ -10,17 +10,28 @@
 #endif
 
 namespace me::train {
-namespace {
 
 std::unique_ptr<data::Tokenizer> load_tokenizer(const data::TokenizerSpec& spec) {
   if (spec.kind.empty()) return nullptr;
 #if ME_HAVE_TOKENIZERS
   return data::make_tokenizer(spec);
 #else
-  fail("data.tokenizer (", spec.kind, ") needs the tokenizer library, which this megaengine was built without ",
+  fail("tokenizer '", spec.kind, "' needs the tokenizer library, which this megaengine was built without ",
        "(libpcre2-dev and nlohmann-json3-dev were not found at configure time): install them and rebuild");
 #endif
 }
+
+data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t seed) {
+  data::GPTDataConfig c;
+  c.blend = spec.blend;
+  c.split = spec.split;
+  c.cache_dir = spec.cache_dir;
+  c.seq_length = static_cast<size_t>(seq);
+  c.seed = seed;
+  return c;
+}
+
+namespace {
 
 // Seconds since the epoch of the file's last change; -1 if it does not exist.
 double modified(const std::string& path) {
@@ -79,12 +90,7 @@ TrainData::TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout l
   if (builder && !d.source.empty()) preprocess_source(d, tokenizer_.get());
   barrier();
 
-  data::GPTDataConfig c;
-  c.blend = d.blend;
-  c.split = d.split;
-  c.cache_dir = d.cache_dir;
-  c.seq_length = static_cast<size_t>(seq);
-  c.seed = spec.seed;
+  const auto c = gpt_data_config(d, seq, spec.seed);
   const std::array<size_t, 3> samples = {static_cast<size_t>(layout_.iters * layout_.global_batch),
                                          static_cast<size_t>(spec.train.eval_iters * layout_.micro), 0};
   std::array<std::shared_ptr<const data::GPTSamples>, 3> splits;

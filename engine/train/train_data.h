@@ -22,6 +22,13 @@ struct DataLayout {
   bool pin_memory = false;
 };
 
+// data.tokenizer loaded (nullptr when the spec names none). me::Error if this build has no
+// tokenizers (libpcre2-dev / nlohmann-json3-dev were missing at configure time).
+std::unique_ptr<data::Tokenizer> load_tokenizer(const data::TokenizerSpec& spec);
+
+// What a me.data.gpt{} spec means to the sample-index builder, for samples of seq + 1 tokens.
+data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t seed);
+
 class TrainData {
  public:
   // Rank 0 preprocesses data.source if asked and builds the index caches; the other ranks

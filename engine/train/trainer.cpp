@@ -176,8 +176,7 @@ StepResult Trainer::step_async() {
 
   StepResult r;
   r.iteration = ++iteration_;
-  consumed_samples_ += global_batch_;
-  r.lr = spec_.schedule.schedule.lr(spec_.schedule.in_samples ? consumed_samples_ : iteration_);
+  r.lr = spec_.schedule.schedule.lr(spec_.schedule.in_samples ? consumed_samples() : iteration_);
   r.grad_norm = optimizer_->step(r.lr);
   // A NaN/Inf gradient would poison the weights and every later step: skipped and counted.
   r.skipped = !std::isfinite(r.grad_norm);
@@ -280,7 +279,7 @@ Summary Trainer::run() {
     LogRecord rec;
     rec.iteration = iteration_;
     rec.iters = iters_;
-    rec.consumed_samples = consumed_samples_;
+    rec.consumed_samples = consumed_samples();
     rec.global_batch = global_batch_;
     rec.lr = r.lr;
     rec.loss = window_n ? window_loss / static_cast<double>(window_n) : s.last_loss;

@@ -52,7 +52,7 @@ class Trainer {
   model::Transformer& model() { return model_; }
   const RunSpec& spec() const { return spec_; }
   int64_t iteration() const { return iteration_; }
-  int64_t consumed_samples() const { return consumed_samples_; }
+  int64_t consumed_samples() const { return data_->consumed_samples(); }
   TrainData& data() { return *data_; }
   int64_t iters() const { return iters_; }
   int64_t global_batch() const { return global_batch_; }
@@ -74,7 +74,7 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   std::vector<size_t> sequence_parallel_params_;
   int64_t dp_ = 1, dp_rank_ = 0, accumulation_ = 1, global_batch_ = 0, iters_ = 0;
-  int64_t iteration_ = 0, consumed_samples_ = 0, skipped_ = 0, nan_ = 0;
+  int64_t iteration_ = 0, skipped_ = 0, nan_ = 0;
   double flops_per_iteration_ = 0;
   torch::Tensor last_loss_;
   // train.profile_phases: ms spent in each phase (LogRecord::kPhaseNames) since the last log;
