@@ -131,6 +131,8 @@ int loader_new(lua_State* L) {
   o.dp_rank = field_integer(L, 2, "dp_rank", "loader", 0);
   o.accumulation = field_integer(L, 2, "accumulation", "loader", 1);
   o.consumed_samples = field_integer(L, 2, "consumed_samples", "loader", 0);
+  // As the trainer does: a run with eod_mask_loss sees those positions' labels ignored.
+  train::set_eod_mask(d, d.eod_mask_loss ? train::load_tokenizer(d.tokenizer).get() : nullptr, o);
   const int64_t iters = field_integer(L, 2, "iters", "loader");
   const bool builder = field_boolean(L, 2, "builder", "loader", true);
   const size_t needed = static_cast<size_t>(iters * o.micro * o.dp * o.accumulation);

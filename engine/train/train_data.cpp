@@ -31,6 +31,13 @@ data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t 
   return c;
 }
 
+void set_eod_mask(const DataSpec& spec, const data::Tokenizer* tokenizer, data::LoaderOptions& options) {
+  options.eod_mask_loss = spec.eod_mask_loss;
+  if (!spec.eod_mask_loss) return;
+  ME_CHECK(tokenizer, "data.eod_mask_loss needs data.tokenizer, for its end-of-document id");
+  options.eod = tokenizer->eod();
+}
+
 namespace {
 
 // Seconds since the epoch of the file's last change; -1 if it does not exist.
@@ -106,11 +113,7 @@ TrainData::TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout l
   o.accumulation = layout_.accumulation;
   o.consumed_samples = layout_.consumed_samples;
   o.pin_memory = layout_.pin_memory;
-  o.eod_mask_loss = d.eod_mask_loss;
-  if (d.eod_mask_loss) {
-    ME_CHECK(tokenizer_, "data.eod_mask_loss needs data.tokenizer, for its end-of-document id");
-    o.eod = tokenizer_->eod();
-  }
+  set_eod_mask(d, tokenizer_.get(), o);
   loader_ = std::make_unique<data::BatchLoader>(splits[0], o);
   description_ = cat(d.blend.size() == 1 ? d.blend[0].second : cat("a blend of ", d.blend.size(), " datasets"),
                      " (split ", d.split, ", ", splits[0]->size(), " training samples",

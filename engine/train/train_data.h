@@ -29,6 +29,10 @@ std::unique_ptr<data::Tokenizer> load_tokenizer(const data::TokenizerSpec& spec)
 // What a me.data.gpt{} spec means to the sample-index builder, for samples of seq + 1 tokens.
 data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t seed);
 
+// data.eod_mask_loss into loader options: the end-of-document id comes from the tokenizer
+// (me::Error naming data.tokenizer when there is none).
+void set_eod_mask(const DataSpec& spec, const data::Tokenizer* tokenizer, data::LoaderOptions& options);
+
 class TrainData {
  public:
   // Rank 0 preprocesses data.source if asked and builds the index caches; the other ranks

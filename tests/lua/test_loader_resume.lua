@@ -52,6 +52,20 @@ end
 local both = w:all_gather(seen[1]:reshape { 1, -1 })
 assert(both[1] ~= both[2], "the two DP ranks got the same samples")
 
+-- With eod_mask_loss the loader gives what the trainer trains on: the same tokens, and the label
+-- ignored (-100) exactly where the input is end-of-document.
+local masked = me.data.loader(me.data.gpt { prefix = dir .. "/moby", split = "98,2,0", eod_mask_loss = true,
+                                            tokenizer = me.tokenizer.gpt2 {} },
+                              { seq = 32, micro = 2, dp = n, dp_rank = r, iters = 12, seed = 9, builder = false })
+local eods = 0
+for i = 1, 12 do
+  local tokens, labels = masked:next()
+  assert(tokens == seen[i], ("rank %d: eod masking changed the tokens of batch %d"):format(r, i))
+  assert(labels:eq(-100) == tokens:eq(50256), ("rank %d: batch %d masks other positions than eod"):format(r, i))
+  eods = eods + tokens:eq(50256):sum():item()
+end
+assert(eods > 0, "no end-of-document in 12 batches: the check saw nothing")
+
 w:barrier()
 if r == 0 then os.execute("rm -rf '" .. dir .. "'"); os.remove(base) end
 print(("rank %d: resumed at consumed_samples %d with identical batches; test_loader_resume passed"):format(r, K))
