@@ -5,6 +5,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
+#include "engine/kernels/fused_ops.h"
 #include "engine/parallel/mappings.h"
 
 namespace me::model {
@@ -94,13 +95,21 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   const int64_t rep = heads_ / groups_;
   auto qkv = qkv_->forward(x);
   const int64_t b = qkv.size(0), s = qkv.size(1);
-  qkv = qkv.view({b, s, groups_, rep + 2, head_dim_});
-  auto q = qkv.narrow(3, 0, rep).reshape({b, s, heads_, head_dim_}).transpose(1, 2);  // [b, heads, s, d]
-  auto k = qkv.select(3, rep).transpose(1, 2);                                       // [b, groups, s, d]
-  auto v = qkv.select(3, rep + 1).transpose(1, 2);
-  if (rope_) {
-    q = rope_->apply(q);
-    k = rope_->apply(k);
+  torch::Tensor q, k, v;
+  if (rope_ && kernels::use(kernels::Op::rotary, qkv)) {
+    // One kernel per tensor: split and rotate forward, rotate back and assemble backward.
+    auto split = kernels::split_qkv_rotary(qkv, groups_, rep, head_dim_, rope_->cos_half(qkv.device()),
+                                           rope_->sin_half(qkv.device()));
+    q = split.q, k = split.k, v = split.v;
+  } else {
+    auto qkv5 = qkv.view({b, s, groups_, rep + 2, head_dim_});
+    q = qkv5.narrow(3, 0, rep).reshape({b, s, heads_, head_dim_}).transpose(1, 2);  // [b, heads, s, d]
+    k = qkv5.select(3, rep).transpose(1, 2);                                       // [b, groups, s, d]
+    v = qkv5.select(3, rep + 1).transpose(1, 2);
+    if (rope_) {
+      q = rope_->apply(q);
+      k = rope_->apply(k);
+    }
   }
   auto y = selective_recompute_ && q.requires_grad()
                ? Recompute3::apply(q, k, v, reinterpret_cast<int64_t>(&core_fn_))
@@ -122,6 +131,7 @@ MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp) : swiglu_(c.acti
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (swiglu_) {
     auto h = gate_up_->forward(x);
+    if (kernels::use(kernels::Op::swiglu, h)) return down_->forward(kernels::swiglu(h));
     auto pairs = h.view({h.size(0), h.size(1), h.size(2) / 2, 2});  // [..., f, (gate, up)]
     return down_->forward(torch::silu(pairs.select(3, 0)) * pairs.select(3, 1));
   }

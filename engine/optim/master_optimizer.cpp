@@ -53,7 +53,29 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
   unsharded_bytes_ = total * (per_elem + (params_.empty() || params_.front().param.scalar_type() == torch::kFloat ? 0 : 4));
 }
 
+void MasterOptimizer::make_fused() {
+  if (fused_ || cfg_.kind != "adamw" || !kernels::use(kernels::Op::adamw, flat_grads_)) return;
+  const bool shard = cfg_.distributed && dp_;
+  std::vector<kernels::MultiTensorAdamW::Entry> entries;
+  fused_writes_model_ = !shard;
+  for (auto& s : segments_) {
+    const auto& p = params_[s.param].param;
+    kernels::MultiTensorAdamW::Entry e{s.master, s.grad, s.m, s.v, {}, 0.0, params_[s.param].count_in_norm};
+    e.weight_decay = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
+    if (!shard && p.scalar_type() == torch::kBFloat16) e.model = p.detach().view({-1}).narrow(0, s.start, s.length);
+    else if (!shard && p.scalar_type() != torch::kFloat) fused_writes_model_ = false;  // fp16: LibTorch's copy
+    entries.push_back(std::move(e));
+  }
+  fused_ = std::make_unique<kernels::MultiTensorAdamW>(entries);
+}
+
 double MasterOptimizer::global_norm() {
+  if (fused_) {
+    auto sq = fused_->grad_sum_squares();
+    if (tp_) tp_->all_reduce(sq, comm::ReduceOp::sum);
+    if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
+    return std::sqrt(sq.item<double>());
+  }
   // Sum of squares over this rank's gradients, counting TP-replicated parameters once, then
   // summed over the ranks that hold different pieces: TP always, DP when grads are sharded.
   std::vector<torch::Tensor> counted;
@@ -84,6 +106,10 @@ void MasterOptimizer::update(double lr, double clip) {
       s.m.mul_(cfg_.momentum).add_(g);
       s.master.add_(s.m, -lr);
     }
+    return;
+  }
+  if (fused_) {  // engine/kernels: every tensor in one launch, clipping and write-back included
+    fused_->step(lr, cfg_.adam.beta1, cfg_.adam.beta2, cfg_.adam.eps, steps_, clip);
     return;
   }
   // AdamW: on a GPU one fused kernel per weight-decay class, with the clipping folded in as a
@@ -126,6 +152,7 @@ void MasterOptimizer::write_back() {
     }
     return;
   }
+  if (fused_ && fused_writes_model_) return;
   for (auto& s : segments_) {
     auto& p = params_[s.param].param;
     if (p.scalar_type() != torch::kFloat) p.detach().view({-1}).narrow(0, s.start, s.length).copy_(s.master);
@@ -134,6 +161,7 @@ void MasterOptimizer::write_back() {
 
 double MasterOptimizer::step(double lr) {
   torch::NoGradGuard no_grad;
+  make_fused();
   const double norm = global_norm();
   if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
   update(lr, cfg_.clip > 0 && norm > cfg_.clip ? cfg_.clip / (norm + 1e-6) : 1.0);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/comm/process_group.h"
+#include "engine/kernels/fused_ops.h"
 #include "engine/optim/adamw.h"
 
 namespace me::optim {
@@ -46,6 +47,7 @@ class MasterOptimizer {
   int64_t unsharded_state_bytes() const { return unsharded_bytes_; }
 
  private:
+  void make_fused();
   double global_norm();
   // `clip`: the factor the gradients are scaled by (1: not clipped).
   void update(double lr, double clip);
@@ -66,7 +68,11 @@ class MasterOptimizer {
   torch::Tensor master_shard_;  // distributed: this rank's fp32 masters, flat
   int64_t shard_start_ = 0, shard_size_ = 0;
   int64_t steps_ = 0;
-  torch::Tensor step_count_, grad_divisor_;  // device scalars for the fused AdamW kernel
+  torch::Tensor step_count_, grad_divisor_;  // device scalars for LibTorch's fused AdamW kernel
+  // engine/kernels' multi-tensor norm and AdamW (GPU, adamw): made at the first step; when it
+  // refreshes the bf16 parameters itself, write_back has nothing left to do.
+  std::unique_ptr<kernels::MultiTensorAdamW> fused_;
+  bool fused_writes_model_ = false;
   int64_t state_bytes_ = 0, unsharded_bytes_ = 0;
 };
 

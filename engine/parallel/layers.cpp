@@ -2,6 +2,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
+#include "engine/kernels/fused_ops.h"
 #include "engine/parallel/mappings.h"
 
 namespace me::parallel {
@@ -138,12 +139,53 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
   }
 };
 
+// The same loss through engine/kernels: forward reads the (bf16) logits once, backward turns
+// them into the gradient in place; no fp32 copy of the [tokens, vocab] logits exists. Shards
+// combine per row: the global max, each shard's sum of exponentials rescaled to it.
+struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParallelCE> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
+                               int64_t group, int64_t ignore_index) {
+    auto* g = reinterpret_cast<comm::ProcessGroup*>(group);
+    const int64_t local = logits.size(-1);
+    const int64_t start = g ? local * g->rank() : 0;
+    auto x = logits.reshape({-1, local});
+    if (!x.is_contiguous()) x = x.contiguous();
+    auto flat_labels = labels.reshape({-1});
+    auto st = kernels::cross_entropy_stats(x, flat_labels, start);
+    auto max = st.max;
+    if (g) {
+      auto global = max.clone();
+      g->all_reduce(global, comm::ReduceOp::max);
+      st.sum_exp.mul_((max - global).exp_());
+      g->all_reduce(st.sum_exp, comm::ReduceOp::sum);
+      g->all_reduce(st.target, comm::ReduceOp::sum);
+      max = global;
+    }
+    auto lse = st.sum_exp.log_().add_(max);
+    auto counted = flat_labels != ignore_index;
+    auto loss = (lse - st.target).masked_fill_(~counted, 0.0);
+    ctx->save_for_backward({x, flat_labels, lse, counted});
+    ctx->saved_data["start"] = start;
+    ctx->saved_data["shape"] = logits.sizes().vec();
+    return loss.view(labels.sizes());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto x = saved[0];
+    auto grad_row = grads[0].reshape({-1}).to(torch::kFloat) * saved[3];
+    kernels::cross_entropy_backward_(x, saved[1], ctx->saved_data["start"].toInt(), saved[2], grad_row);
+    return {x.view(ctx->saved_data["shape"].toIntVector()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
                                            const TensorParallel& tp, int64_t ignore_index) {
-  auto per_token = VocabParallelCE::apply(logits, labels, reinterpret_cast<int64_t>(tp.active() ? tp.group : nullptr),
-                                          ignore_index);
+  const auto group = reinterpret_cast<int64_t>(tp.active() ? tp.group : nullptr);
+  auto per_token = kernels::use(kernels::Op::cross_entropy, logits)
+                       ? FusedVocabParallelCE::apply(logits, labels, group, ignore_index)
+                       : VocabParallelCE::apply(logits, labels, group, ignore_index);
   auto count = (labels != ignore_index).sum().clamp_min(1);
   return per_token.sum() / count;
 }
@@ -155,6 +197,20 @@ Rotary::Rotary(int64_t head_dim, int64_t max_seq, double base) {
   auto full = torch::cat({angles, angles}, -1);                             // [seq, d]
   cos_ = full.cos().to(torch::kFloat);
   sin_ = full.sin().to(torch::kFloat);
+}
+
+const torch::Tensor& Rotary::cos_half(const torch::Device& device) const {
+  if (!cos_half_.defined() || cos_half_.device() != device) {
+    const int64_t half = cos_.size(1) / 2;
+    cos_half_ = cos_.narrow(1, 0, half).contiguous().to(device);
+    sin_half_ = sin_.narrow(1, 0, half).contiguous().to(device);
+  }
+  return cos_half_;
+}
+
+const torch::Tensor& Rotary::sin_half(const torch::Device& device) const {
+  cos_half(device);
+  return sin_half_;
 }
 
 torch::Tensor Rotary::apply(const torch::Tensor& x) const {

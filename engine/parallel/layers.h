@@ -101,11 +101,16 @@ class Rotary {
   Rotary(int64_t head_dim, int64_t max_seq, double base);
   // x: [batch, heads, seq, head_dim]; positions 0..seq-1.
   torch::Tensor apply(const torch::Tensor& x) const;
+  // fp32 cos and sin of the first half's angles, [max_seq, head_dim / 2], on `device` (made
+  // once): the fused kernel's tables.
+  const torch::Tensor& cos_half(const torch::Device& device) const;
+  const torch::Tensor& sin_half(const torch::Device& device) const;
 
  private:
   torch::Tensor cos_, sin_;  // [max_seq, head_dim], fp32 on the CPU
   // The tables on the device and in the dtype last asked for: made once, not every layer and step.
   mutable torch::Tensor cos_cached_, sin_cached_;
+  mutable torch::Tensor cos_half_, sin_half_;
 };
 
 }  // namespace me::parallel

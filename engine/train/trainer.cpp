@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "engine/core/torch_compat.h"
+#include "engine/kernels/fused_ops.h"
 
 namespace me::train {
 namespace {
@@ -244,6 +245,7 @@ Summary Trainer::run() {
               iters_, " iterations of ", global_batch_, " samples (micro ", t.micro_batch, " x dp ", dp_,
               " x accumulation ", accumulation_, ")");
     log::info("data: ", data_->describe());
+    if (device_.is_cuda()) log::info("fused CUDA kernels: ", kernels::describe());
     if (spec_.parallel.distributed_optimizer)
       log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
                 "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");

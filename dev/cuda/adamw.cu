@@ -1,0 +1,114 @@
+// The multi-tensor optimizer kernels (engine/kernels/multi_tensor.cu) against a CPU reference:
+// the fp64 gradient sum of squares (and that it is bitwise repeatable) and AdamW with clipping
+// and the bf16 write-back; then timed at LLaMA 1B's size against the bytes they must move.
+//   dev/cuda/adamw [millions of parameters]      (default 1100)
+#include "dev/cuda/common.h"
+#include "engine/kernels/kernels.h"
+
+using namespace me::kernels;
+
+int main(int argc, char** argv) {
+  const double millions = argc > 1 ? std::atof(argv[1]) : 1100;
+  dev::require_gpu();
+  dev::report_copy_bandwidth();
+  bool ok = true;
+  // Correctness on a few odd-sized tensors (chunk edges), one not counted in the norm.
+  {
+    std::printf("adamw + grad norm, small tensors\n");
+    const std::vector<int64_t> sizes = {1, 70000, 131072, 5, 200001};
+    std::vector<OptimTensor> tensors;
+    std::vector<std::vector<float>> p, g, m, v;
+    std::vector<dev::DeviceBuffer<float>*> bufs;
+    std::vector<dev::DeviceBuffer<uint16_t>*> model;
+    double sq_ref = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const int64_t n = sizes[k];
+      p.push_back(dev::random_floats(n, 1.f, 10 + k));
+      g.push_back(dev::random_floats(n, 0.1f, 20 + k));
+      m.push_back(dev::random_floats(n, 0.01f, 30 + k));
+      auto vv = dev::random_floats(n, 0.01f, 40 + k);
+      for (auto& x : vv) x = x * x;
+      v.push_back(vv);
+      auto* dp = new dev::DeviceBuffer<float>(n); auto* dg = new dev::DeviceBuffer<float>(n);
+      auto* dm = new dev::DeviceBuffer<float>(n); auto* dv = new dev::DeviceBuffer<float>(n);
+      auto* db = new dev::DeviceBuffer<uint16_t>(n);
+      dev::upload(*dp, p[k]), dev::upload(*dg, g[k]), dev::upload(*dm, m[k]), dev::upload(*dv, v[k]);
+      bufs.insert(bufs.end(), {dp, dg, dm, dv});
+      model.push_back(db);
+      const int in_norm = k != 3;
+      if (in_norm) for (float x : g[k]) sq_ref += double(x) * x;
+      tensors.push_back({dp->ptr, dg->ptr, dm->ptr, dv->ptr, k % 2 ? db->ptr : nullptr, n, k % 2 ? 0.1f : 0.f, in_norm});
+    }
+    const auto chunks = make_chunks(tensors);
+    dev::DeviceBuffer<OptimTensor> d_t(tensors.size());
+    dev::DeviceBuffer<OptimChunk> d_c(chunks.size());
+    dev::DeviceBuffer<double> partials(chunks.size()), out(1);
+    CUDA_CHECK(cudaMemcpy(d_t.ptr, tensors.data(), tensors.size() * sizeof(OptimTensor), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_c.ptr, chunks.data(), chunks.size() * sizeof(OptimChunk), cudaMemcpyHostToDevice));
+    grad_sum_squares(d_t.ptr, d_c.ptr, chunks.size(), partials.ptr, out.ptr, nullptr);
+    double sq[2];
+    CUDA_CHECK(cudaMemcpy(&sq[0], out.ptr, 8, cudaMemcpyDeviceToHost));
+    grad_sum_squares(d_t.ptr, d_c.ptr, chunks.size(), partials.ptr, out.ptr, nullptr);
+    CUDA_CHECK(cudaMemcpy(&sq[1], out.ptr, 8, cudaMemcpyDeviceToHost));
+    ok &= dev::check("sum of squares (fp64)", {float(sq[0])}, {float(sq_ref)}, 1e-7, 0);
+    const bool same = std::memcmp(&sq[0], &sq[1], 8) == 0;
+    std::printf("  check %-28s %s\n", "repeatable bits", same ? "ok" : "FAIL");
+    ok &= same;
+    const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 1.f - 0.9f * 0.9f, std::sqrt(1.f - 0.95f * 0.95f), 0.5f};
+    adamw(d_t.ptr, d_c.ptr, chunks.size(), s, nullptr);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<float> pr(sizes[k]), mr(sizes[k]), vr(sizes[k]);
+      for (int64_t i = 0; i < sizes[k]; ++i) {
+        const double gg = g[k][i] * 0.5;
+        double pp = p[k][i] * (1 - s.lr * tensors[k].weight_decay);
+        const double mm = 0.9 * m[k][i] + 0.1 * gg, vv = 0.95 * v[k][i] + 0.05 * gg * gg;
+        pp -= s.lr / s.bias_correction1 * mm / (std::sqrt(vv) / s.bias_correction2_sqrt + s.eps);
+        pr[i] = float(pp), mr[i] = float(mm), vr[i] = float(vv);
+      }
+      ok &= dev::check("master", dev::download(*bufs[4 * k], sizes[k]), pr, 1e-5, 1e-6);
+      ok &= dev::check("exp_avg", dev::download(*bufs[4 * k + 2], sizes[k]), mr, 1e-5, 1e-9);
+      ok &= dev::check("exp_avg_sq", dev::download(*bufs[4 * k + 3], sizes[k]), vr, 1e-5, 1e-12);
+      if (tensors[k].model_bf16) {
+        std::vector<uint16_t> raw(sizes[k]);
+        CUDA_CHECK(cudaMemcpy(raw.data(), model[k]->ptr, raw.size() * 2, cudaMemcpyDeviceToHost));
+        auto master = dev::download(*bufs[4 * k], sizes[k]);
+        std::vector<float> got(sizes[k]), want(sizes[k]);
+        for (int64_t i = 0; i < sizes[k]; ++i) {
+          __nv_bfloat16 b;
+          std::memcpy(&b, &raw[i], 2);
+          got[i] = __bfloat162float(b), want[i] = __bfloat162float(__float2bfloat16(master[i]));
+        }
+        ok &= dev::check("bf16 model copy", got, want, 0, 0);
+      }
+    }
+    for (auto* b : bufs) delete b;
+    for (auto* b : model) delete b;
+  }
+  // Speed: one fp32 tensor set of the model's size, split like a 22-layer model's parameters.
+  {
+    const int64_t total = int64_t(millions * 1e6), pieces = 200;
+    std::printf("adamw + grad norm, %.0fM parameters in %lld tensors\n", millions, (long long)pieces);
+    dev::DeviceBuffer<float> p(total), g(total), m(total), v(total);
+    dev::DeviceBuffer<uint16_t> model(total);
+    for (float* ptr : {p.ptr, g.ptr, m.ptr, v.ptr}) CUDA_CHECK(cudaMemset(ptr, 0, total * 4));
+    std::vector<OptimTensor> tensors;
+    for (int64_t k = 0, off = 0; k < pieces; ++k) {
+      const int64_t n = k + 1 < pieces ? total / pieces : total - off;
+      tensors.push_back({p.ptr + off, g.ptr + off, m.ptr + off, v.ptr + off, model.ptr + off, n, 0.1f, 1});
+      off += n;
+    }
+    const auto chunks = make_chunks(tensors);
+    dev::DeviceBuffer<OptimTensor> d_t(tensors.size());
+    dev::DeviceBuffer<OptimChunk> d_c(chunks.size());
+    dev::DeviceBuffer<double> partials(chunks.size()), out(1);
+    CUDA_CHECK(cudaMemcpy(d_t.ptr, tensors.data(), tensors.size() * sizeof(OptimTensor), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_c.ptr, chunks.data(), chunks.size() * sizeof(OptimChunk), cudaMemcpyHostToDevice));
+    const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.2f, 1.f};
+    dev::report("grad sum of squares", dev::time_ms([&] {
+      grad_sum_squares(d_t.ptr, d_c.ptr, chunks.size(), partials.ptr, out.ptr, nullptr);
+    }, 10), 4.0 * total);
+    dev::report("adamw + bf16 write-back", dev::time_ms([&] { adamw(d_t.ptr, d_c.ptr, chunks.size(), s, nullptr); }, 10),
+                (16.0 + 12.0 + 2.0) * total);
+  }
+  return ok ? 0 : 1;
+}

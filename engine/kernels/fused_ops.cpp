@@ -1,0 +1,262 @@
+#include "engine/kernels/fused_ops.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "engine/core/build_config.h"
+#include "engine/core/error.h"
+
+#if ME_HAVE_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>
+
+#include "engine/kernels/kernels.h"
+#endif
+
+namespace me::kernels {
+
+namespace {
+
+const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw"};
+constexpr int kOps = 4;
+
+// ME_KERNELS, read once: which kernels may run.
+const std::vector<bool>& enabled_ops() {
+  static const std::vector<bool> on = [] {
+    std::vector<bool> v(kOps, true);
+    const char* env = std::getenv("ME_KERNELS");
+    if (!env || std::string(env).empty() || std::string(env) == "all") return v;
+    v.assign(kOps, false);
+    if (std::string(env) == "none") return v;
+    std::stringstream ss(env);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      bool known = false;
+      for (int i = 0; i < kOps; ++i)
+        if (name == kOpNames[i]) v[static_cast<size_t>(i)] = known = true;
+      ME_CHECK(known, "ME_KERNELS: unknown kernel '", name,
+               "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw");
+    }
+    return v;
+  }();
+  return on;
+}
+
+}  // namespace
+
+bool compiled() { return ME_HAVE_CUDA_KERNELS != 0; }
+
+bool use(Op op, const torch::Tensor& t) {
+  return compiled() && t.defined() && t.is_cuda() &&
+         (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16) &&
+         enabled_ops()[static_cast<size_t>(op)];
+}
+
+std::string describe() {
+  if (!compiled()) return "none (built without nvcc or without CUDA LibTorch)";
+  std::string s;
+  for (int i = 0; i < kOps; ++i)
+    if (enabled_ops()[static_cast<size_t>(i)]) s += (s.empty() ? "" : ", ") + std::string(kOpNames[i]);
+  return s.empty() ? "none (ME_KERNELS=none)" : s;
+}
+
+#if ME_HAVE_CUDA_KERNELS
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+void* current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+DType dtype_of(const torch::Tensor& t) {
+  if (t.scalar_type() == torch::kFloat) return DType::f32;
+  ME_CHECK(t.scalar_type() == torch::kBFloat16, "fused kernels take fp32 or bf16 tensors, got ", t.scalar_type());
+  return DType::bf16;
+}
+
+struct SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_up) {
+    auto in = gate_up.contiguous();
+    auto sizes = in.sizes().vec();
+    ME_CHECK(sizes.back() % 2 == 0, "swiglu: the last dimension (", sizes.back(), ") must hold (gate, up) pairs");
+    sizes.back() /= 2;
+    auto out = torch::empty(sizes, in.options());
+    swiglu_forward(dtype_of(in), in.data_ptr(), out.data_ptr(), out.numel(), current_stream());
+    ctx->save_for_backward({in});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto in = ctx->get_saved_variables()[0];
+    const auto dy = grads[0].contiguous();
+    auto dx = torch::empty_like(in);
+    swiglu_backward(dtype_of(in), in.data_ptr(), dy.data_ptr(), dx.data_ptr(), dy.numel(), current_stream());
+    return {dx};
+  }
+};
+
+// Layout of rows [b, s, heads, d] (heads = groups x rep) in a tensor viewed as [b, s, heads, d].
+RowLayout heads_layout(const torch::Tensor& t, int64_t groups, int64_t rep) {
+  return {t.size(0), t.size(1), groups, rep, t.stride(0), t.stride(1), rep * t.stride(2), t.stride(2)};
+}
+
+struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& qkv, int64_t groups, int64_t rep,
+                               int64_t d, const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
+    const auto x = qkv.contiguous();
+    const int64_t b = x.size(0), s = x.size(1), heads = groups * rep;
+    ME_CHECK(cos_half.size(0) >= s, "rotary tables cover ", cos_half.size(0), " positions, the input has ", s);
+    auto x5 = x.view({b, s, groups, rep + 2, d});
+    auto q = torch::empty({b, s, heads, d}, x.options());
+    auto k = torch::empty({b, s, groups, d}, x.options());
+    const DType t = dtype_of(x);
+    const RowLayout from{b, s, groups, rep, x5.stride(0), x5.stride(1), x5.stride(2), x5.stride(3)};
+    rotary(t, x.data_ptr(), from, q.data_ptr(), heads_layout(q, groups, rep), d, cos_half.data_ptr<float>(),
+           sin_half.data_ptr<float>(), /*inverse=*/false, current_stream());
+    const RowLayout key_from{b, s, groups, 1, x5.stride(0), x5.stride(1), x5.stride(2), 0};
+    rotary(t, x5.select(3, rep).data_ptr(), key_from, k.data_ptr(), heads_layout(k, groups, 1), d,
+           cos_half.data_ptr<float>(), sin_half.data_ptr<float>(), false, current_stream());
+    auto v = x5.select(3, rep + 1).contiguous();
+    ctx->save_for_backward({cos_half, sin_half});
+    ctx->saved_data["shape"] = x5.sizes().vec();
+    return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto shape = ctx->saved_data["shape"].toIntVector();  // [b, s, groups, rep + 2, d]
+    const int64_t groups = shape[2], rep = shape[3] - 2, d = shape[4];
+    auto dx5 = torch::empty(shape, grads[0].defined() ? grads[0].options() : grads[1].options());
+    const RowLayout to{shape[0], shape[1], groups, rep, dx5.stride(0), dx5.stride(1), dx5.stride(2), dx5.stride(3)};
+    // Gradients arrive as [b, heads, s, d] in whatever layout attention's backward made.
+    auto rows = [](const torch::Tensor& g) {
+      auto r = g.transpose(1, 2);
+      return r.stride(-1) == 1 ? r : r.contiguous();
+    };
+    if (grads[0].defined()) {
+      auto dq = rows(grads[0]);
+      rotary(dtype_of(dq), dq.data_ptr(), heads_layout(dq, groups, rep), dx5.data_ptr(), to, d,
+             saved[0].data_ptr<float>(), saved[1].data_ptr<float>(), /*inverse=*/true, current_stream());
+    } else {
+      dx5.narrow(3, 0, rep).zero_();
+    }
+    if (grads[1].defined()) {
+      auto dk = rows(grads[1]);
+      const RowLayout key_to{shape[0], shape[1], groups, 1, dx5.stride(0), dx5.stride(1), dx5.stride(2), 0};
+      rotary(dtype_of(dk), dk.data_ptr(), heads_layout(dk, groups, 1), dx5.select(3, rep).data_ptr(), key_to, d,
+             saved[0].data_ptr<float>(), saved[1].data_ptr<float>(), true, current_stream());
+    } else {
+      dx5.select(3, rep).zero_();
+    }
+    if (grads[2].defined()) dx5.select(3, rep + 1).copy_(grads[2].transpose(1, 2));
+    else dx5.select(3, rep + 1).zero_();
+    return {dx5.view({shape[0], shape[1], -1}), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor swiglu(const torch::Tensor& gate_up) { return SwiGLUFn::apply(gate_up); }
+
+QKV split_qkv_rotary(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
+                     const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
+  auto out = QKVRotaryFn::apply(qkv, groups, rep, head_dim, cos_half, sin_half);
+  return {out[0], out[1], out[2]};
+}
+
+RowStats cross_entropy_stats(const torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start) {
+  ME_CHECK(logits.dim() == 2 && logits.is_contiguous(), "cross_entropy_stats: logits must be contiguous [rows, vocab]");
+  const int64_t rows = logits.size(0);
+  auto opts = logits.options().dtype(torch::kFloat);
+  RowStats s{torch::empty({rows}, opts), torch::empty({rows}, opts), torch::empty({rows}, opts)};
+  const auto l = labels.to(torch::kLong).contiguous();
+  kernels::cross_entropy_stats(dtype_of(logits), logits.data_ptr(), rows, logits.size(1), l.data_ptr<int64_t>(),
+                               vocab_start, s.max.data_ptr<float>(), s.sum_exp.data_ptr<float>(),
+                               s.target.data_ptr<float>(), current_stream());
+  return s;
+}
+
+void cross_entropy_backward_(torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start,
+                             const torch::Tensor& lse, const torch::Tensor& grad_row) {
+  ME_CHECK(logits.dim() == 2 && logits.is_contiguous(), "cross_entropy_backward_: logits must be contiguous [rows, vocab]");
+  const auto l = labels.to(torch::kLong).contiguous();
+  const auto lse32 = lse.to(torch::kFloat).contiguous(), g32 = grad_row.to(torch::kFloat).contiguous();
+  cross_entropy_backward(dtype_of(logits), logits.data_ptr(), logits.data_ptr(), logits.size(0), logits.size(1),
+                         l.data_ptr<int64_t>(), vocab_start, lse32.data_ptr<float>(), g32.data_ptr<float>(),
+                         current_stream());
+}
+
+MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>& entries) {
+  std::vector<OptimTensor> table;
+  for (const auto& e : entries) {
+    for (const auto* t : {&e.master, &e.grad, &e.exp_avg, &e.exp_avg_sq})
+      ME_CHECK(t->is_cuda() && t->scalar_type() == torch::kFloat && t->is_contiguous() && t->numel() == e.master.numel(),
+               "MultiTensorAdamW: master, grad and moments must be contiguous fp32 CUDA tensors of one size");
+    uint16_t* model = nullptr;
+    if (e.model.defined()) {
+      ME_CHECK(e.model.scalar_type() == torch::kBFloat16 && e.model.is_contiguous() && e.model.numel() == e.master.numel(),
+               "MultiTensorAdamW: the model copy must be a contiguous bf16 tensor of the master's size");
+      model = reinterpret_cast<uint16_t*>(e.model.data_ptr());
+    }
+    table.push_back({e.master.data_ptr<float>(), e.grad.data_ptr<float>(), e.exp_avg.data_ptr<float>(),
+                     e.exp_avg_sq.data_ptr<float>(), model, e.master.numel(), static_cast<float>(e.weight_decay),
+                     e.in_norm ? 1 : 0});
+  }
+  const auto chunks = make_chunks(table);
+  num_chunks_ = static_cast<int64_t>(chunks.size());
+  const auto device = entries.empty() ? torch::Device(torch::kCUDA) : entries.front().master.device();
+  auto to_device = [&](const void* data, size_t bytes) {
+    auto host = torch::empty({static_cast<int64_t>(bytes)}, torch::kUInt8);
+    std::memcpy(host.data_ptr(), data, bytes);
+    return host.to(device);
+  };
+  table_ = to_device(table.data(), table.size() * sizeof(OptimTensor));
+  chunks_ = to_device(chunks.data(), chunks.size() * sizeof(OptimChunk));
+  partials_ = torch::empty({std::max<int64_t>(1, num_chunks_)}, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  out_ = torch::zeros({1}, partials_.options());
+}
+
+torch::Tensor MultiTensorAdamW::grad_sum_squares() {
+  kernels::grad_sum_squares(reinterpret_cast<const OptimTensor*>(table_.data_ptr()),
+                            reinterpret_cast<const OptimChunk*>(chunks_.data_ptr()), num_chunks_,
+                            partials_.data_ptr<double>(), out_.data_ptr<double>(), current_stream());
+  return out_;
+}
+
+void MultiTensorAdamW::step(double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale) {
+  AdamWStep s{};
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.eps = static_cast<float>(eps);
+  s.bias_correction1 = static_cast<float>(1.0 - std::pow(beta1, static_cast<double>(step)));
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, static_cast<double>(step))));
+  s.grad_scale = static_cast<float>(grad_scale);
+  kernels::adamw(reinterpret_cast<const OptimTensor*>(table_.data_ptr()),
+                 reinterpret_cast<const OptimChunk*>(chunks_.data_ptr()), num_chunks_, s, current_stream());
+}
+
+#else  // built without the CUDA kernels: use() is false, so none of these is reached
+
+namespace {
+[[noreturn]] void not_compiled(const char* what) {
+  ::me::fail(what, ": this build has no CUDA kernels (check kernels::use() first)");
+}
+}  // namespace
+
+torch::Tensor swiglu(const torch::Tensor&) { not_compiled("swiglu"); }
+QKV split_qkv_rotary(const torch::Tensor&, int64_t, int64_t, int64_t, const torch::Tensor&, const torch::Tensor&) {
+  not_compiled("split_qkv_rotary");
+}
+RowStats cross_entropy_stats(const torch::Tensor&, const torch::Tensor&, int64_t) { not_compiled("cross_entropy_stats"); }
+void cross_entropy_backward_(torch::Tensor&, const torch::Tensor&, int64_t, const torch::Tensor&, const torch::Tensor&) {
+  not_compiled("cross_entropy_backward_");
+}
+MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }
+torch::Tensor MultiTensorAdamW::grad_sum_squares() { not_compiled("MultiTensorAdamW"); }
+void MultiTensorAdamW::step(double, double, double, double, int64_t, double) { not_compiled("MultiTensorAdamW"); }
+
+#endif
+
+}  // namespace me::kernels

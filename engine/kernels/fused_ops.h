@@ -1,0 +1,68 @@
+// The CUDA kernels of engine/kernels as LibTorch operations: small autograd functions and a
+// multi-tensor optimizer table. Callers ask use(op, tensor) first and keep their LibTorch
+// composition for the other case: CPU tensors, builds without nvcc (the CPU machines), dtypes
+// the kernels do not take, or the kernel switched off with ME_KERNELS (for A/B timing):
+//   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace me::kernels {
+
+enum class Op { swiglu, rotary, cross_entropy, adamw };
+
+// The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
+bool compiled();
+// The kernel for `op` will run on tensors like t: compiled, t on the GPU in fp32 or bf16, and
+// not switched off by ME_KERNELS.
+bool use(Op op, const torch::Tensor& t);
+// "swiglu, rotary, cross_entropy, adamw" / "none (not compiled)" ...: for the run's log.
+std::string describe();
+
+// SwiGLU on the fused gate/up projection: gate_up [..., 2f] holds (gate, up) pairs interleaved;
+// returns silu(gate) * up [..., f]. Saves only gate_up for backward.
+torch::Tensor swiglu(const torch::Tensor& gate_up);
+
+// The fused QKV projection [b, s, groups * (rep + 2) * d] split into q [b, heads, s, d] and
+// k, v [b, groups, s, d], q and k rotated (RoPE; fp32 tables cos_half, sin_half [max_seq, d/2]
+// on the device), in one autograd function: no copies of q or k forward, and backward writes the
+// QKV gradient once instead of summing three zero-padded ones.
+struct QKV {
+  torch::Tensor q, k, v;
+};
+QKV split_qkv_rotary(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
+                     const torch::Tensor& cos_half, const torch::Tensor& sin_half);
+
+// Cross entropy pieces over a vocabulary shard of logits [rows, vocab] (see kernels.h).
+struct RowStats {
+  torch::Tensor max, sum_exp, target;  // fp32 [rows]
+};
+RowStats cross_entropy_stats(const torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start);
+// logits becomes the gradient, in place: (softmax - one_hot) * grad_row.
+void cross_entropy_backward_(torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start,
+                             const torch::Tensor& lse, const torch::Tensor& grad_row);
+
+// AdamW and the fp64 gradient sum of squares over many fp32 tensors in a few launches. The
+// tensors' storage must outlive this object (its device table holds their addresses).
+class MultiTensorAdamW {
+ public:
+  struct Entry {
+    torch::Tensor master, grad, exp_avg, exp_avg_sq;
+    torch::Tensor model;  // bf16 parameter refreshed from the master after the update, or undefined
+    double weight_decay = 0;
+    bool in_norm = true;
+  };
+  explicit MultiTensorAdamW(const std::vector<Entry>& entries);
+  // Sum over in_norm entries of grad^2: an fp64 scalar tensor on the device (no sync).
+  torch::Tensor grad_sum_squares();
+  // One AdamW step (step counts from 1), gradients multiplied by grad_scale first.
+  void step(double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale);
+
+ private:
+  torch::Tensor table_, chunks_, partials_, out_;
+  int64_t num_chunks_ = 0;
+};
+
+}  // namespace me::kernels

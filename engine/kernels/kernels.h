@@ -1,0 +1,90 @@
+// megaengine's own CUDA kernels, behind a torch-free interface: raw device pointers, element
+// counts, and the CUDA stream passed as void* (a cudaStream_t). The .cu files include only
+// this header and the CUDA runtime, so nvcc compiles them in seconds and CI can compile them
+// on a machine without a GPU. engine/kernels/fused_ops.h wraps them as autograd functions.
+//
+// Every kernel computes in fp32 whatever the storage type, and each has a check against a CPU
+// reference plus a micro-benchmark in dev/cuda/, and a GPU test against the LibTorch
+// composition it replaces (tests/unit/test_kernels.cpp). Errors (a failed launch) are thrown
+// as std::runtime_error naming the kernel.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace me::kernels {
+
+enum class DType : int32_t { f32 = 0, bf16 = 1 };
+
+// --- SwiGLU over row-interleaved pairs -------------------------------------------------------
+// gate_up holds n (gate, up) pairs back to back: [g0, u0, g1, u1, ...] (the fused gate/up
+// projection's layout). out[i] = silu(g_i) * u_i.
+void swiglu_forward(DType t, const void* gate_up, void* out, int64_t n, void* stream);
+// grad_gate_up[2i] = dy_i * u_i * silu'(g_i), grad_gate_up[2i + 1] = dy_i * silu(g_i).
+void swiglu_backward(DType t, const void* gate_up, const void* grad_out, void* grad_gate_up, int64_t n,
+                     void* stream);
+
+// --- Rotary position embedding ("rotate half") -----------------------------------------------
+// Rows of head_dim elements addressed by (batch, position, group, rep) with element strides,
+// the last dimension contiguous: heads are split as (group, rep) so queries can be read straight
+// out of the fused QKV layout [b, s, groups, rep + 2, d] (keys: rep = 1). Element i < d/2 pairs
+// with i + d/2:
+//   y_i = x_i cos - x_{i+d/2} sin,   y_{i+d/2} = x_{i+d/2} cos + x_i sin
+// with cos, sin = cos_half[pos, i], sin_half[pos, i] (fp32 tables [max_seq, d/2]).
+// inverse = true rotates by -angle: the backward pass (the rotation's transpose).
+struct RowLayout {
+  int64_t batch, seq, groups, rep;
+  int64_t stride_batch, stride_seq, stride_group, stride_rep;
+};
+void rotary(DType t, const void* x, const RowLayout& in, void* y, const RowLayout& out, int64_t head_dim,
+            const float* cos_half, const float* sin_half, bool inverse, void* stream);
+
+// --- Cross entropy over (a vocabulary shard of) logits [rows, vocab], row-major --------------
+// Per row, one pass over the logits: the row's max, sum(exp(x - max)), and the logit of
+// labels[row] - vocab_start when that falls inside [0, vocab), else 0. The caller combines
+// shards (tensor parallelism) and forms loss = log(sum) + max - target.
+void cross_entropy_stats(DType t, const void* logits, int64_t rows, int64_t vocab, const int64_t* labels,
+                         int64_t vocab_start, float* row_max, float* row_sum_exp, float* target, void* stream);
+// grad[r, j] = (exp(x[r, j] - lse[r]) - [j == labels[r] - vocab_start]) * grad_row[r]. grad may
+// be logits itself (in place: the [tokens, vocab] gradient is the step's largest tensor).
+void cross_entropy_backward(DType t, const void* logits, void* grad, int64_t rows, int64_t vocab,
+                            const int64_t* labels, int64_t vocab_start, const float* lse, const float* grad_row,
+                            void* stream);
+
+// --- Multi-tensor optimizer kernels ----------------------------------------------------------
+// One launch over every parameter: a table of tensors (device memory, built once: the
+// pointers never move) cut into fixed-size chunks, one thread block per chunk.
+struct OptimTensor {
+  float* master;           // fp32 master weights (updated in place)
+  const float* grad;       // fp32 gradients
+  float* exp_avg;          // AdamW moments
+  float* exp_avg_sq;
+  uint16_t* model_bf16;    // the model's bf16 copy to refresh after the update, or null
+  int64_t numel;
+  float weight_decay;
+  int32_t in_norm;         // counted in the gradient norm (TP-replicated params on one rank only)
+};
+struct OptimChunk {
+  int32_t tensor;
+  int32_t pad;
+  int64_t start;
+};
+constexpr int64_t kOptimChunkElems = int64_t{1} << 16;
+std::vector<OptimChunk> make_chunks(const std::vector<OptimTensor>& tensors);
+
+// out[0] = sum over in_norm tensors of grad^2, accumulated in fp64 and in a fixed order (the
+// same gradients give the same bits). partials: one double per chunk (scratch).
+void grad_sum_squares(const OptimTensor* tensors, const OptimChunk* chunks, int64_t num_chunks, double* partials,
+                      double* out, void* stream);
+
+struct AdamWStep {
+  float lr, beta1, beta2, eps;
+  float bias_correction1;       // 1 - beta1^step
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  float grad_scale;             // multiplies the gradients (clipping)
+};
+// Decoupled-decay AdamW as torch.optim.AdamW computes it, then the bf16 model copy written from
+// the new master (no separate write-back pass).
+void adamw(const OptimTensor* tensors, const OptimChunk* chunks, int64_t num_chunks, const AdamWStep& step,
+           void* stream);
+
+}  // namespace me::kernels

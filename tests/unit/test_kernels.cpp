@@ -1,0 +1,191 @@
+// engine/kernels against the LibTorch compositions they replace. The GPU cases run on the GPU
+// machine (a warning and nothing else here); the CPU cases check that CPU tensors never reach
+// a kernel, so the compositions (the fallback) are what the rest of the CPU suite exercises.
+#include <catch2/catch.hpp>
+
+#include "engine/kernels/fused_ops.h"
+#include "engine/model/transformer.h"
+#include "engine/optim/adamw.h"
+#include "engine/parallel/layers.h"
+
+namespace kernels = me::kernels;
+
+namespace {
+
+bool have_gpu() {
+  if (torch::cuda::is_available()) return true;
+  WARN("no CUDA GPU: checked on the GPU machine");
+  return false;
+}
+
+const torch::Device kGpu(torch::kCUDA, 0);
+
+// |a - b| / |b| over the whole tensor, in fp32.
+double rel(const torch::Tensor& a, const torch::Tensor& b) {
+  auto bf = b.to(torch::kCPU, torch::kFloat);
+  return ((a.to(torch::kCPU, torch::kFloat) - bf).norm() / bf.norm().clamp_min(1e-30)).item<double>();
+}
+
+// Tolerance of a result stored in `dtype`: bf16 keeps ~3 significant digits.
+double tol(torch::ScalarType dtype) { return dtype == torch::kBFloat16 ? 1e-2 : 1e-5; }
+
+me::model::TransformerConfig tiny_llama() {
+  auto c = me::model::TransformerConfig::llama();
+  c.vocab = 128;
+  c.vocab_divisible_by = 1;
+  c.seq = 32;
+  c.layers = 2;
+  c.hidden = 64;
+  c.heads = 8;
+  c.query_groups = 2;
+  c.ffn_multiple_of = 16;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("fused kernels never take CPU tensors: the LibTorch compositions run there", "[kernels]") {
+  for (auto op : {kernels::Op::swiglu, kernels::Op::rotary, kernels::Op::cross_entropy, kernels::Op::adamw})
+    CHECK_FALSE(kernels::use(op, torch::ones({4})));
+  CHECK_FALSE(kernels::use(kernels::Op::swiglu, torch::Tensor()));
+  CHECK_FALSE(kernels::describe().empty());
+}
+
+TEST_CASE("SwiGLU kernel = silu(gate) * up, forward and backward", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  for (auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    INFO("dtype " << dtype);
+    torch::manual_seed(1);
+    auto h = (2 * torch::randn({3, 50, 2 * 88}, kGpu)).to(dtype).requires_grad_(true);
+    auto dy = torch::randn({3, 50, 88}, kGpu).to(dtype);
+    auto y = kernels::swiglu(h);
+    y.backward(dy);
+    // The composition, in fp32 from the same inputs.
+    auto hr = h.detach().to(torch::kFloat).requires_grad_(true);
+    auto pairs = hr.view({3, 50, 88, 2});
+    auto yr = torch::silu(pairs.select(3, 0)) * pairs.select(3, 1);
+    yr.backward(dy.to(torch::kFloat));
+    CHECK(y.scalar_type() == dtype);
+    CHECK(rel(y, yr) < tol(dtype));
+    CHECK(rel(h.grad(), hr.grad()) < tol(dtype));
+  }
+  // An odd element count takes the scalar path.
+  auto h = torch::randn({1, 7, 6}, kGpu).requires_grad_(true);
+  auto p = h.view({1, 7, 3, 2});
+  CHECK(rel(kernels::swiglu(h), torch::silu(p.select(3, 0)) * p.select(3, 1)) < 1e-5);
+}
+
+TEST_CASE("QKV split + RoPE kernel = narrow/select + Rotary::apply, forward and backward", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  const int64_t b = 2, s = 40, d = 16;
+  me::parallel::Rotary rope(d, 64, 10000.0);
+  for (auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    for (int64_t rep : {1, 4}) {
+      const int64_t groups = 3, heads = groups * rep;
+      INFO("dtype " << dtype << ", rep " << rep);
+      torch::manual_seed(2);
+      auto qkv = torch::randn({b, s, groups * (rep + 2) * d}, kGpu).to(dtype).requires_grad_(true);
+      auto out = kernels::split_qkv_rotary(qkv, groups, rep, d, rope.cos_half(kGpu), rope.sin_half(kGpu));
+      auto gq = torch::randn({b, heads, s, d}, kGpu).to(dtype), gk = torch::randn({b, groups, s, d}, kGpu).to(dtype),
+           gv = torch::randn({b, groups, s, d}, kGpu).to(dtype);
+      torch::autograd::backward({out.q, out.k, out.v}, {gq, gk, gv});
+      // The composition the attention layer runs without the kernel, in fp32.
+      auto xr = qkv.detach().to(torch::kFloat).requires_grad_(true);
+      auto x5 = xr.view({b, s, groups, rep + 2, d});
+      auto q = rope.apply(x5.narrow(3, 0, rep).reshape({b, s, heads, d}).transpose(1, 2));
+      auto k = rope.apply(x5.select(3, rep).transpose(1, 2));
+      auto v = x5.select(3, rep + 1).transpose(1, 2);
+      torch::autograd::backward({q, k, v}, {gq.to(torch::kFloat), gk.to(torch::kFloat), gv.to(torch::kFloat)});
+      CHECK(out.q.sizes() == q.sizes());
+      CHECK(out.k.sizes() == k.sizes());
+      CHECK(rel(out.q, q) < tol(dtype));
+      CHECK(rel(out.k, k) < tol(dtype));
+      CHECK(rel(out.v, v) == 0.0);
+      CHECK(rel(qkv.grad(), xr.grad()) < tol(dtype));
+    }
+  }
+}
+
+TEST_CASE("cross-entropy kernels = LibTorch's cross_entropy on fp32 logits, loss and gradient", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  me::parallel::TensorParallel no_tp;
+  for (auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    for (int64_t vocab : {256, 97}) {  // vectorised and scalar paths
+      INFO("dtype " << dtype << ", vocab " << vocab);
+      torch::manual_seed(3);
+      auto logits = (3 * torch::randn({4, 33, vocab}, kGpu)).to(dtype).requires_grad_(true);
+      auto labels = torch::randint(0, vocab, {4, 33}, torch::TensorOptions().dtype(torch::kLong).device(kGpu));
+      labels.index_put_({0, torch::indexing::Slice(0, 5)}, -100);  // ignored positions
+      // The fused path consumes its input (the gradient is written over it): give it a copy.
+      auto input = logits.detach().clone().requires_grad_(true);
+      auto loss = me::parallel::vocab_parallel_cross_entropy(input * 1, labels, no_tp);
+      loss.backward();
+      auto lr = logits.detach().to(torch::kFloat).requires_grad_(true);
+      auto ref = torch::nn::functional::cross_entropy(
+          lr.view({-1, vocab}), labels.view({-1}), torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+      ref.backward();
+      CHECK(loss.item<double>() == Approx(ref.item<double>()).epsilon(dtype == torch::kFloat ? 1e-5 : 1e-3));
+      CHECK(rel(input.grad(), lr.grad()) < tol(dtype));
+      CHECK(input.grad().index({0, torch::indexing::Slice(0, 5)}).abs().max().item<double>() == 0.0);
+    }
+  }
+}
+
+TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping and the bf16 write-back", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  torch::manual_seed(4);
+  const std::vector<int64_t> sizes = {70000, 5, 131072, 3000};
+  me::optim::AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  std::vector<torch::Tensor> p, g, m, v, pr, mr, vr, model;
+  std::vector<kernels::MultiTensorAdamW::Entry> entries;
+  double sq_ref = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    p.push_back(torch::randn({sizes[k]}, kGpu));
+    g.push_back(0.1 * torch::randn({sizes[k]}, kGpu));
+    m.push_back(torch::zeros({sizes[k]}, kGpu));
+    v.push_back(torch::zeros({sizes[k]}, kGpu));
+    pr.push_back(p.back().clone()), mr.push_back(m.back().clone()), vr.push_back(v.back().clone());
+    model.push_back(p.back().to(torch::kBFloat16));
+    const bool in_norm = k != 1;
+    if (in_norm) sq_ref += g.back().to(torch::kDouble).pow(2).sum().item<double>();
+    entries.push_back({p[k], g[k], m[k], v[k], k % 2 ? torch::Tensor() : model[k], k % 2 ? 0.0 : 0.1, in_norm});
+  }
+  kernels::MultiTensorAdamW fused(entries);
+  const double sq = fused.grad_sum_squares().item<double>();
+  CHECK(sq == Approx(sq_ref).epsilon(1e-12));
+  CHECK(fused.grad_sum_squares().item<double>() == sq);  // bitwise repeatable
+  for (int64_t step = 1; step <= 3; ++step) {
+    fused.step(1e-2, cfg.beta1, cfg.beta2, cfg.eps, step, 0.5);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<torch::Tensor> P{pr[k]}, G{g[k] * 0.5}, M{mr[k]}, V{vr[k]};
+      me::optim::adamw_update(P, G, M, V, 1e-2, k % 2 ? 0.0 : 0.1, cfg, step);
+    }
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    INFO("tensor " << k);
+    CHECK(rel(p[k], pr[k]) < 1e-6);
+    CHECK(rel(m[k], mr[k]) < 1e-6);
+    CHECK(rel(v[k], vr[k]) < 1e-6);
+    if (k % 2 == 0) CHECK(torch::equal(model[k], p[k].to(torch::kBFloat16)));
+  }
+}
+
+TEST_CASE("a LLaMA-style model with the kernels on the GPU = the compositions on the CPU", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  // fp32 on both sides: the kernels' fp32 paths against the CPU's LibTorch compositions
+  // (RoPE, SwiGLU, cross entropy); the loss and every parameter's gradient.
+  me::model::Transformer cpu(tiny_llama()), gpu(tiny_llama());
+  gpu->to(kGpu);
+  torch::manual_seed(6);
+  auto tokens = torch::randint(0, 128, {3, 32}, torch::kLong), labels = torch::randint(0, 128, {3, 32}, torch::kLong);
+  auto lc = cpu->loss(tokens, labels);
+  lc.backward();
+  auto lg = gpu->loss(tokens.to(kGpu), labels.to(kGpu));
+  lg.backward();
+  CHECK(lg.item<double>() == Approx(lc.item<double>()).epsilon(1e-5));
+  auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+  for (const auto& item : pc) {
+    INFO(item.key());
+    CHECK(rel(pg[item.key()].grad(), item.value().grad()) < 1e-4);
+  }
+}
