@@ -81,7 +81,8 @@ inline bool check(const char* what, const std::vector<float>& got, const std::ve
   double worst = 0;
   size_t at = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    const double e = std::fabs(double(got[i]) - want[i]) / (atol + rtol * std::fabs(want[i]));
+    const double diff = std::fabs(double(got[i]) - want[i]);
+    const double e = diff == 0 ? 0.0 : diff / (atol + rtol * std::fabs(want[i]));
     if (!(e <= worst)) worst = e, at = i;  // NaN counts as worst
   }
   const bool ok = worst <= 1.0;

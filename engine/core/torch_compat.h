@@ -4,6 +4,11 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 // ME_TORCH_HAS_CUDA: set by CMake when LibTorch was built with CUDA (the GPU machine).
 #if ME_TORCH_HAS_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -23,6 +28,50 @@
 
 namespace me::compat {
 
+// Which fused attention kernel SDPA prefers on the GPU, from ME_ATTENTION: "auto" (LibTorch's own
+// order), "flash" (FlashAttention-2) or "cudnn" (cuDNN's fused attention, Hopper-tuned). Read once.
+enum class AttentionBackend { automatic, flash, cudnn };
+inline AttentionBackend attention_backend() {
+  static const AttentionBackend backend = [] {
+    const char* env = std::getenv("ME_ATTENTION");
+    const std::string v = env ? env : "auto";
+    if (v.empty() || v == "auto") return AttentionBackend::automatic;
+    if (v == "flash") return AttentionBackend::flash;
+    if (v == "cudnn") return AttentionBackend::cudnn;
+    throw std::runtime_error("ME_ATTENTION='" + v + "': expected auto, flash or cudnn");
+  }();
+  return backend;
+}
+inline const char* attention_backend_name() {
+  switch (attention_backend()) {
+    case AttentionBackend::flash: return "flash";
+    case AttentionBackend::cudnn: return "cudnn";
+    default: return "auto";
+  }
+}
+
+#if ME_TORCH_AT_LEAST(2, 6)
+// Puts the chosen backend first in SDPA's priority order (the others stay as fallbacks).
+inline void apply_attention_backend() {
+  static const bool done = [] {
+    using B = at::SDPBackend;
+    std::vector<B> order;
+    switch (attention_backend()) {
+      case AttentionBackend::flash: order = {B::flash_attention, B::efficient_attention, B::cudnn_attention, B::math, B::overrideable}; break;
+      case AttentionBackend::cudnn: order = {B::cudnn_attention, B::flash_attention, B::efficient_attention, B::math, B::overrideable}; break;
+      default: return true;
+    }
+    std::vector<int64_t> ids;
+    for (auto b : order) ids.push_back(static_cast<int64_t>(b));
+    at::globalContext().setSDPPriorityOrder(ids);
+    return true;
+  }();
+  (void)done;
+}
+#else
+inline void apply_attention_backend() {}
+#endif
+
 // Causal self-attention over q [batch, heads, seq, head_dim] and k, v [batch, groups, seq,
 // head_dim] (grouped-query attention when groups < heads: each key/value head serves
 // heads / groups consecutive query heads). On 2.x this dispatches to the fused flash/efficient
@@ -30,9 +79,16 @@ namespace me::compat {
 inline torch::Tensor causal_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
   const int64_t rep = q.size(1) / k.size(1);
 #if ME_HAS_SDPA_GQA
-  if (q.is_cuda())
+  if (q.is_cuda()) {
+    apply_attention_backend();
+    // cuDNN's attention is not known to check grouped key/value heads: give it full ones.
+    if (rep > 1 && attention_backend() == AttentionBackend::cudnn) {
+      return at::scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), {}, 0.0,
+                                              /*is_causal=*/true);
+    }
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                             /*scale=*/c10::nullopt, /*enable_gqa=*/rep > 1);
+  }
 #endif
   if (rep > 1) {
     k = k.repeat_interleave(rep, 1);

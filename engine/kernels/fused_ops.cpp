@@ -106,17 +106,20 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
                                int64_t d, const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
     const auto x = qkv.contiguous();
     const int64_t b = x.size(0), s = x.size(1), heads = groups * rep;
-    ME_CHECK(cos_half.size(0) >= s, "rotary tables cover ", cos_half.size(0), " positions, the input has ", s);
+    ME_CHECK(!cos_half.defined() || cos_half.size(0) >= s, "rotary tables cover ", cos_half.size(0),
+             " positions, the input has ", s);
+    const float* cs = cos_half.defined() ? cos_half.data_ptr<float>() : nullptr;
+    const float* sn = sin_half.defined() ? sin_half.data_ptr<float>() : nullptr;
     auto x5 = x.view({b, s, groups, rep + 2, d});
     auto q = torch::empty({b, s, heads, d}, x.options());
     auto k = torch::empty({b, s, groups, d}, x.options());
     const DType t = dtype_of(x);
     const RowLayout from{b, s, groups, rep, x5.stride(0), x5.stride(1), x5.stride(2), x5.stride(3)};
-    rotary(t, x.data_ptr(), from, q.data_ptr(), heads_layout(q, groups, rep), d, cos_half.data_ptr<float>(),
-           sin_half.data_ptr<float>(), /*inverse=*/false, current_stream());
+    rotary(t, x.data_ptr(), from, q.data_ptr(), heads_layout(q, groups, rep), d, cs, sn, /*inverse=*/false,
+           current_stream());
     const RowLayout key_from{b, s, groups, 1, x5.stride(0), x5.stride(1), x5.stride(2), 0};
-    rotary(t, x5.select(3, rep).data_ptr(), key_from, k.data_ptr(), heads_layout(k, groups, 1), d,
-           cos_half.data_ptr<float>(), sin_half.data_ptr<float>(), false, current_stream());
+    rotary(t, x5.select(3, rep).data_ptr(), key_from, k.data_ptr(), heads_layout(k, groups, 1), d, cs, sn, false,
+           current_stream());
     auto v = x5.select(3, rep + 1).contiguous();
     ctx->save_for_backward({cos_half, sin_half});
     ctx->saved_data["shape"] = x5.sizes().vec();
@@ -128,6 +131,8 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
     const int64_t groups = shape[2], rep = shape[3] - 2, d = shape[4];
     auto dx5 = torch::empty(shape, grads[0].defined() ? grads[0].options() : grads[1].options());
     const RowLayout to{shape[0], shape[1], groups, rep, dx5.stride(0), dx5.stride(1), dx5.stride(2), dx5.stride(3)};
+    const float* cs = saved[0].defined() ? saved[0].data_ptr<float>() : nullptr;
+    const float* sn = saved[1].defined() ? saved[1].data_ptr<float>() : nullptr;
     // Gradients arrive as [b, heads, s, d] in whatever layout attention's backward made.
     auto rows = [](const torch::Tensor& g) {
       auto r = g.transpose(1, 2);
@@ -135,16 +140,16 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
     };
     if (grads[0].defined()) {
       auto dq = rows(grads[0]);
-      rotary(dtype_of(dq), dq.data_ptr(), heads_layout(dq, groups, rep), dx5.data_ptr(), to, d,
-             saved[0].data_ptr<float>(), saved[1].data_ptr<float>(), /*inverse=*/true, current_stream());
+      rotary(dtype_of(dq), dq.data_ptr(), heads_layout(dq, groups, rep), dx5.data_ptr(), to, d, cs, sn,
+             /*inverse=*/true, current_stream());
     } else {
       dx5.narrow(3, 0, rep).zero_();
     }
     if (grads[1].defined()) {
       auto dk = rows(grads[1]);
       const RowLayout key_to{shape[0], shape[1], groups, 1, dx5.stride(0), dx5.stride(1), dx5.stride(2), 0};
-      rotary(dtype_of(dk), dk.data_ptr(), heads_layout(dk, groups, 1), dx5.select(3, rep).data_ptr(), key_to, d,
-             saved[0].data_ptr<float>(), saved[1].data_ptr<float>(), true, current_stream());
+      rotary(dtype_of(dk), dk.data_ptr(), heads_layout(dk, groups, 1), dx5.select(3, rep).data_ptr(), key_to, d, cs,
+             sn, true, current_stream());
     } else {
       dx5.select(3, rep).zero_();
     }
@@ -159,7 +164,7 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
 
 torch::Tensor swiglu(const torch::Tensor& gate_up) { return SwiGLUFn::apply(gate_up); }
 
-QKV split_qkv_rotary(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
+QKV split_qkv(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
                      const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
   auto out = QKVRotaryFn::apply(qkv, groups, rep, head_dim, cos_half, sin_half);
   return {out[0], out[1], out[2]};
@@ -246,8 +251,8 @@ namespace {
 }  // namespace
 
 torch::Tensor swiglu(const torch::Tensor&) { not_compiled("swiglu"); }
-QKV split_qkv_rotary(const torch::Tensor&, int64_t, int64_t, int64_t, const torch::Tensor&, const torch::Tensor&) {
-  not_compiled("split_qkv_rotary");
+QKV split_qkv(const torch::Tensor&, int64_t, int64_t, int64_t, const torch::Tensor&, const torch::Tensor&) {
+  not_compiled("split_qkv");
 }
 RowStats cross_entropy_stats(const torch::Tensor&, const torch::Tensor&, int64_t) { not_compiled("cross_entropy_stats"); }
 void cross_entropy_backward_(torch::Tensor&, const torch::Tensor&, int64_t, const torch::Tensor&, const torch::Tensor&) {

@@ -11,6 +11,7 @@
 
 namespace me::kernels {
 
+// rotary: the QKV split, with RoPE where the model has it.
 enum class Op { swiglu, rotary, cross_entropy, adamw };
 
 // The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
@@ -26,14 +27,15 @@ std::string describe();
 torch::Tensor swiglu(const torch::Tensor& gate_up);
 
 // The fused QKV projection [b, s, groups * (rep + 2) * d] split into q [b, heads, s, d] and
-// k, v [b, groups, s, d], q and k rotated (RoPE; fp32 tables cos_half, sin_half [max_seq, d/2]
-// on the device), in one autograd function: no copies of q or k forward, and backward writes the
-// QKV gradient once instead of summing three zero-padded ones.
+// k, v [b, groups, s, d], q and k rotated when RoPE tables are given (fp32 cos_half, sin_half
+// [max_seq, d/2] on the device; undefined: no rotation), in one autograd function: backward
+// writes the QKV gradient once instead of summing three zero-padded ones (LibTorch's narrow and
+// select backward), and the rotation costs no temporaries.
 struct QKV {
   torch::Tensor q, k, v;
 };
-QKV split_qkv_rotary(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
-                     const torch::Tensor& cos_half, const torch::Tensor& sin_half);
+QKV split_qkv(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
+              const torch::Tensor& cos_half = {}, const torch::Tensor& sin_half = {});
 
 // Cross entropy pieces over a vocabulary shard of logits [rows, vocab] (see kernels.h).
 struct RowStats {

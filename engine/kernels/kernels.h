@@ -30,7 +30,8 @@ void swiglu_backward(DType t, const void* gate_up, const void* grad_out, void* g
 // with i + d/2:
 //   y_i = x_i cos - x_{i+d/2} sin,   y_{i+d/2} = x_{i+d/2} cos + x_i sin
 // with cos, sin = cos_half[pos, i], sin_half[pos, i] (fp32 tables [max_seq, d/2]).
-// inverse = true rotates by -angle: the backward pass (the rotation's transpose).
+// inverse = true rotates by -angle: the backward pass (the rotation's transpose). Null tables:
+// no rotation (a strided copy: the QKV split of models without RoPE).
 struct RowLayout {
   int64_t batch, seq, groups, rep;
   int64_t stride_batch, stride_seq, stride_group, stride_rep;

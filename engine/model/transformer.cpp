@@ -96,10 +96,11 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   auto qkv = qkv_->forward(x);
   const int64_t b = qkv.size(0), s = qkv.size(1);
   torch::Tensor q, k, v;
-  if (rope_ && kernels::use(kernels::Op::rotary, qkv)) {
-    // One kernel per tensor: split and rotate forward, rotate back and assemble backward.
-    auto split = kernels::split_qkv_rotary(qkv, groups_, rep, head_dim_, rope_->cos_half(qkv.device()),
-                                           rope_->sin_half(qkv.device()));
+  if (kernels::use(kernels::Op::rotary, qkv)) {
+    // Split (and rotate) forward, rotate back and assemble the QKV gradient backward: one pass each.
+    auto split = rope_ ? kernels::split_qkv(qkv, groups_, rep, head_dim_, rope_->cos_half(qkv.device()),
+                                            rope_->sin_half(qkv.device()))
+                       : kernels::split_qkv(qkv, groups_, rep, head_dim_);
     q = split.q, k = split.k, v = split.v;
   } else {
     auto qkv5 = qkv.view({b, s, groups_, rep + 2, head_dim_});

@@ -245,7 +245,8 @@ Summary Trainer::run() {
               iters_, " iterations of ", global_batch_, " samples (micro ", t.micro_batch, " x dp ", dp_,
               " x accumulation ", accumulation_, ")");
     log::info("data: ", data_->describe());
-    if (device_.is_cuda()) log::info("fused CUDA kernels: ", kernels::describe());
+    if (device_.is_cuda())
+      log::info("fused CUDA kernels: ", kernels::describe(), "; attention: ", compat::attention_backend_name());
     if (spec_.parallel.distributed_optimizer)
       log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
                 "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");

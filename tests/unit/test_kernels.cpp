@@ -75,25 +75,28 @@ TEST_CASE("SwiGLU kernel = silu(gate) * up, forward and backward", "[kernels][gp
   CHECK(rel(kernels::swiglu(h), torch::silu(p.select(3, 0)) * p.select(3, 1)) < 1e-5);
 }
 
-TEST_CASE("QKV split + RoPE kernel = narrow/select + Rotary::apply, forward and backward", "[kernels][gpu]") {
+TEST_CASE("QKV split (+ RoPE) kernel = narrow/select (+ Rotary::apply), forward and backward", "[kernels][gpu]") {
   if (!have_gpu()) return;
   const int64_t b = 2, s = 40, d = 16;
   me::parallel::Rotary rope(d, 64, 10000.0);
   for (auto dtype : {torch::kBFloat16, torch::kFloat}) {
     for (int64_t rep : {1, 4}) {
+     for (bool with_rope : {true, false}) {
       const int64_t groups = 3, heads = groups * rep;
-      INFO("dtype " << dtype << ", rep " << rep);
+      INFO("dtype " << dtype << ", rep " << rep << (with_rope ? ", RoPE" : ", no RoPE"));
       torch::manual_seed(2);
       auto qkv = torch::randn({b, s, groups * (rep + 2) * d}, kGpu).to(dtype).requires_grad_(true);
-      auto out = kernels::split_qkv_rotary(qkv, groups, rep, d, rope.cos_half(kGpu), rope.sin_half(kGpu));
+      auto out = with_rope ? kernels::split_qkv(qkv, groups, rep, d, rope.cos_half(kGpu), rope.sin_half(kGpu))
+                           : kernels::split_qkv(qkv, groups, rep, d);
       auto gq = torch::randn({b, heads, s, d}, kGpu).to(dtype), gk = torch::randn({b, groups, s, d}, kGpu).to(dtype),
            gv = torch::randn({b, groups, s, d}, kGpu).to(dtype);
       torch::autograd::backward({out.q, out.k, out.v}, {gq, gk, gv});
       // The composition the attention layer runs without the kernel, in fp32.
       auto xr = qkv.detach().to(torch::kFloat).requires_grad_(true);
       auto x5 = xr.view({b, s, groups, rep + 2, d});
-      auto q = rope.apply(x5.narrow(3, 0, rep).reshape({b, s, heads, d}).transpose(1, 2));
-      auto k = rope.apply(x5.select(3, rep).transpose(1, 2));
+      auto q = x5.narrow(3, 0, rep).reshape({b, s, heads, d}).transpose(1, 2);
+      auto k = x5.select(3, rep).transpose(1, 2);
+      if (with_rope) q = rope.apply(q), k = rope.apply(k);
       auto v = x5.select(3, rep + 1).transpose(1, 2);
       torch::autograd::backward({q, k, v}, {gq.to(torch::kFloat), gk.to(torch::kFloat), gv.to(torch::kFloat)});
       CHECK(out.q.sizes() == q.sizes());
@@ -102,6 +105,8 @@ TEST_CASE("QKV split + RoPE kernel = narrow/select + Rotary::apply, forward and 
       CHECK(rel(out.k, k) < tol(dtype));
       CHECK(rel(out.v, v) == 0.0);
       CHECK(rel(qkv.grad(), xr.grad()) < tol(dtype));
+      qkv.mutable_grad().reset();
+     }
     }
   }
 }
