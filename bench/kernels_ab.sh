@@ -20,7 +20,9 @@ for k in swiglu rotary cross_entropy adamw; do
   grep -E "^[a-z]|FAIL|time " "$out/dev_cuda_$k.log"
 done
 echo "== GPU unit tests"
-"$build/tests/me_unit_tests" "[gpu]" 2>&1 | tail -4 | tee "$out/unit_gpu.log"
+"$build/tests/me_unit_tests" "[gpu]" > "$out/unit_gpu.log" 2>&1
+grep -E -B3 -A12 "FAILED" "$out/unit_gpu.log" | head -80
+tail -3 "$out/unit_gpu.log"
 grep -q "All tests passed" "$out/unit_gpu.log" || status=1
 all="swiglu rotary cross_entropy adamw"
 for m in $models; do

@@ -106,10 +106,10 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
                                int64_t d, const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
     const auto x = qkv.contiguous();
     const int64_t b = x.size(0), s = x.size(1), heads = groups * rep;
-    ME_CHECK(!cos_half.defined() || cos_half.size(0) >= s, "rotary tables cover ", cos_half.size(0),
-             " positions, the input has ", s);
-    const float* cs = cos_half.defined() ? cos_half.data_ptr<float>() : nullptr;
-    const float* sn = sin_half.defined() ? sin_half.data_ptr<float>() : nullptr;
+    const bool rotate = cos_half.numel() > 0;  // empty tables: split only
+    ME_CHECK(!rotate || cos_half.size(0) >= s, "rotary tables cover ", cos_half.size(0), " positions, the input has ", s);
+    const float* cs = rotate ? cos_half.data_ptr<float>() : nullptr;
+    const float* sn = rotate ? sin_half.data_ptr<float>() : nullptr;
     auto x5 = x.view({b, s, groups, rep + 2, d});
     auto q = torch::empty({b, s, heads, d}, x.options());
     auto k = torch::empty({b, s, groups, d}, x.options());
@@ -131,8 +131,8 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
     const int64_t groups = shape[2], rep = shape[3] - 2, d = shape[4];
     auto dx5 = torch::empty(shape, grads[0].defined() ? grads[0].options() : grads[1].options());
     const RowLayout to{shape[0], shape[1], groups, rep, dx5.stride(0), dx5.stride(1), dx5.stride(2), dx5.stride(3)};
-    const float* cs = saved[0].defined() ? saved[0].data_ptr<float>() : nullptr;
-    const float* sn = saved[1].defined() ? saved[1].data_ptr<float>() : nullptr;
+    const float* cs = saved[0].numel() > 0 ? saved[0].data_ptr<float>() : nullptr;
+    const float* sn = saved[1].numel() > 0 ? saved[1].data_ptr<float>() : nullptr;
     // Gradients arrive as [b, heads, s, d] in whatever layout attention's backward made.
     auto rows = [](const torch::Tensor& g) {
       auto r = g.transpose(1, 2);
@@ -166,6 +166,12 @@ torch::Tensor swiglu(const torch::Tensor& gate_up) { return SwiGLUFn::apply(gate
 
 QKV split_qkv(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
                      const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
+  // A custom autograd function cannot take undefined tensors (LibTorch records each input's
+  // device): "no rotation" travels as empty tables.
+  if (!cos_half.defined()) {
+    const auto none = torch::empty({0}, qkv.options().dtype(torch::kFloat));
+    return split_qkv(qkv, groups, rep, head_dim, none, none);
+  }
   auto out = QKVRotaryFn::apply(qkv, groups, rep, head_dim, cos_half, sin_half);
   return {out[0], out[1], out[2]};
 }
