@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Multi-GPU rows of the speed table in one device call: each model on one GPU, data-parallel over
+# every GPU of the machine (same micro batch per GPU), and tensor-parallel over 2 (with sequence
+# parallelism); prints the table and each layout's tokens/s per GPU against one GPU.
+#   bash bench/speed/multi_gpu.sh BUILD_DIR OUT_DIR [MODEL ...]    (default: gpt1.3b llama1b)
+# Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build=$1 out=$2
+shift 2
+models=${*:-gpt1.3b llama1b}
+ngpu=$(nvidia-smi -L | wc -l)
+rows=$out/rows.jsonl
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 ME_BENCH_STEPS=${ME_BENCH_STEPS:-20} ME_BENCH_WARMUP=${ME_BENCH_WARMUP:-5}
+python3 "$repo/bench/reference/matmul_peak.py" --json "$rows" | tail -1
+peak=$(python3 -c "import json,sys; print([json.loads(l)['tflops'] for l in open(sys.argv[1]) if 'matmul_peak' in l][-1])" "$rows")
+row() {  # model nproc overrides
+  local m=$1 n=$2 o=$3 log=$out/$1.$2.${3// /_}.log
+  if [ "$n" -eq 1 ]; then
+    CUDA_VISIBLE_DEVICES=0 ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
+      "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
+  else
+    ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
+      "$build/megaengine" --nproc "$n" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
+  fi || { echo "$m on $n GPUs ($o) failed:"; tail -4 "$log"; }
+  grep -a "iteration .*/" "$log" | tail -1 | cut -c1-150
+}
+for m in $models; do
+  echo "== $m"
+  row "$m" 1 ""
+  [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" ""
+  [ "$ngpu" -ge 2 ] && row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true"
+done
+python3 "$repo/bench/speed/table.py" "$rows" | tee "$out/table.md"
+python3 - "$rows" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"engine"' in l]
+for r in rows:
+    one = [x for x in rows if x["model"] == r["model"] and x["layout"] == "1 GPU"]
+    if not one or r["layout"] == "1 GPU":
+        continue
+    n = int(r["layout"].split()[0])
+    print(f'{r["model"]} {r["layout"]}: {r["tokens_per_s"] / n:,.0f} tokens/s per GPU = '
+          f'{100 * r["tokens_per_s"] / n / one[0]["tokens_per_s"]:.1f}% of one GPU ({one[0]["tokens_per_s"]:,.0f})')
+PY
