@@ -16,7 +16,7 @@ export NCCL_NVLS_ENABLE=0 ME_BENCH_STEPS=${ME_BENCH_STEPS:-20} ME_BENCH_WARMUP=$
 python3 "$repo/bench/reference/matmul_peak.py" --json "$rows" | tail -1
 peak=$(python3 -c "import json,sys; print([json.loads(l)['tflops'] for l in open(sys.argv[1]) if 'matmul_peak' in l][-1])" "$rows")
 row() {  # model nproc overrides
-  local m=$1 n=$2 o=$3 log=$out/$1.$2.${3// /_}.log
+  local m=$1 n=$2 o=$3 log=$out/$1.$2.${3//[^a-z0-9]/_}.log
   if [ "$n" -eq 1 ]; then
     CUDA_VISIBLE_DEVICES=0 ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
       "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
