@@ -51,7 +51,8 @@ local row = {
                                    recipe.parallel.tp > 1 and (" tp=" .. recipe.parallel.tp) or "",
                                    recipe.parallel.distributed_optimizer and " distopt" or "")
            .. ((env("ME_KERNELS", "all") ~= "all") and (" kernels=" .. env("ME_KERNELS", "")) or "")
-           .. ((env("ME_ATTENTION", "auto") ~= "auto") and (" attention=" .. env("ME_ATTENTION", "")) or ""),
+           .. ((env("ME_ATTENTION", "auto") ~= "auto") and (" attention=" .. env("ME_ATTENTION", "")) or "")
+           .. ((env("ME_BENCH_LABEL", ""):match("%S")) and (" " .. env("ME_BENCH_LABEL", ""):gsub("^%s+", ""):gsub("%s+$", "")) or ""),
   micro = recipe.batch.micro, accum = 1, seq = model.seq, steps = steps,
   tokens_per_s = tokens_per_s, ms_per_step = ms,
   tflops_per_gpu = r.tflops_per_gpu * r.ms_per_iter / ms,

@@ -3,7 +3,9 @@
 # every GPU of the machine (same micro batch per GPU), and tensor-parallel over 2 (with sequence
 # parallelism); prints the table and each layout's tokens/s per GPU against one GPU.
 #   bash bench/speed/multi_gpu.sh BUILD_DIR OUT_DIR [MODEL ...]    (default: gpt1.3b llama1b)
-# Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4).
+# Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4); ME_BENCH_DP_EXTRA
+#   (recipe overrides) and ME_BENCH_DP_EXTRA_ENV (VAR=value ...) add a second data-parallel row;
+#   ME_BENCH_SKIP_TP=1 skips the tp=2 row.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1 out=$2
@@ -16,7 +18,7 @@ export NCCL_NVLS_ENABLE=0 ME_BENCH_STEPS=${ME_BENCH_STEPS:-20} ME_BENCH_WARMUP=$
 python3 "$repo/bench/reference/matmul_peak.py" --json "$rows" | tail -1
 peak=$(python3 -c "import json,sys; print([json.loads(l)['tflops'] for l in open(sys.argv[1]) if 'matmul_peak' in l][-1])" "$rows")
 row() {  # model nproc overrides
-  local m=$1 n=$2 o=$3 log=$out/$1.$2.${3//[^a-z0-9]/_}.log
+  local m=$1 n=$2 o=$3 log=$out/$1.$2.${3//[^a-z0-9]/_}${ME_BENCH_LABEL:+x}.log
   if [ "$n" -eq 1 ]; then
     CUDA_VISIBLE_DEVICES=0 ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
       "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
@@ -30,7 +32,13 @@ for m in $models; do
   echo "== $m"
   row "$m" 1 ""
   [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" ""
-  [ "$ngpu" -ge 2 ] && row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true"
+  # An extra data-parallel row: recipe overrides and environment (e.g. NCCL settings) to compare.
+  if [ "$ngpu" -ge 2 ] && [ -n "${ME_BENCH_DP_EXTRA:-}${ME_BENCH_DP_EXTRA_ENV:-}" ]; then
+    (export ME_BENCH_LABEL="${ME_BENCH_DP_EXTRA:-} ${ME_BENCH_DP_EXTRA_ENV:-}"
+     for kv in ${ME_BENCH_DP_EXTRA_ENV:-}; do export "$kv"; done
+     row "$m" "$ngpu" "${ME_BENCH_DP_EXTRA:-}")
+  fi
+  [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_TP:-0}" != 1 ] && row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true"
 done
 python3 "$repo/bench/speed/table.py" "$rows" | tee "$out/table.md"
 python3 - "$rows" <<'PY'
