@@ -7,6 +7,22 @@
 
 using namespace me::kernels;
 
+// The tensor table and its chunks in device memory, plus the norm's scratch.
+struct Table {
+  int64_t chunks;
+  dev::DeviceBuffer<OptimTensor> tensors;
+  dev::DeviceBuffer<OptimChunk> chunk_list;
+  dev::DeviceBuffer<double> partials, out;
+  explicit Table(const std::vector<OptimTensor>& host)
+      : chunks(int64_t(make_chunks(host).size())), tensors(host.size()), chunk_list(chunks), partials(chunks), out(1) {
+    const auto c = make_chunks(host);
+    CUDA_CHECK(cudaMemcpy(tensors.ptr, host.data(), host.size() * sizeof(OptimTensor), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(chunk_list.ptr, c.data(), c.size() * sizeof(OptimChunk), cudaMemcpyHostToDevice));
+  }
+  void sum_squares() { grad_sum_squares(tensors.ptr, chunk_list.ptr, chunks, partials.ptr, out.ptr, nullptr); }
+  void step(const AdamWStep& s) { adamw(tensors.ptr, chunk_list.ptr, chunks, s, nullptr); }
+};
+
 int main(int argc, char** argv) {
   const double millions = argc > 1 ? std::atof(argv[1]) : 1100;
   dev::require_gpu();
@@ -39,23 +55,18 @@ int main(int argc, char** argv) {
       if (in_norm) for (float x : g[k]) sq_ref += double(x) * x;
       tensors.push_back({dp->ptr, dg->ptr, dm->ptr, dv->ptr, k % 2 ? db->ptr : nullptr, n, k % 2 ? 0.1f : 0.f, in_norm});
     }
-    const auto chunks = make_chunks(tensors);
-    dev::DeviceBuffer<OptimTensor> d_t(tensors.size());
-    dev::DeviceBuffer<OptimChunk> d_c(chunks.size());
-    dev::DeviceBuffer<double> partials(chunks.size()), out(1);
-    CUDA_CHECK(cudaMemcpy(d_t.ptr, tensors.data(), tensors.size() * sizeof(OptimTensor), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d_c.ptr, chunks.data(), chunks.size() * sizeof(OptimChunk), cudaMemcpyHostToDevice));
-    grad_sum_squares(d_t.ptr, d_c.ptr, chunks.size(), partials.ptr, out.ptr, nullptr);
+    Table t(tensors);
+    t.sum_squares();
     double sq[2];
-    CUDA_CHECK(cudaMemcpy(&sq[0], out.ptr, 8, cudaMemcpyDeviceToHost));
-    grad_sum_squares(d_t.ptr, d_c.ptr, chunks.size(), partials.ptr, out.ptr, nullptr);
-    CUDA_CHECK(cudaMemcpy(&sq[1], out.ptr, 8, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&sq[0], t.out.ptr, 8, cudaMemcpyDeviceToHost));
+    t.sum_squares();
+    CUDA_CHECK(cudaMemcpy(&sq[1], t.out.ptr, 8, cudaMemcpyDeviceToHost));
     ok &= dev::check("sum of squares (fp64)", {float(sq[0])}, {float(sq_ref)}, 1e-7, 0);
     const bool same = std::memcmp(&sq[0], &sq[1], 8) == 0;
     std::printf("  check %-28s %s\n", "repeatable bits", same ? "ok" : "FAIL");
     ok &= same;
     const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 1.f - 0.9f * 0.9f, std::sqrt(1.f - 0.95f * 0.95f), 0.5f};
-    adamw(d_t.ptr, d_c.ptr, chunks.size(), s, nullptr);
+    t.step(s);
     for (size_t k = 0; k < sizes.size(); ++k) {
       std::vector<float> pr(sizes[k]), mr(sizes[k]), vr(sizes[k]);
       for (int64_t i = 0; i < sizes[k]; ++i) {
@@ -97,17 +108,10 @@ int main(int argc, char** argv) {
       tensors.push_back({p.ptr + off, g.ptr + off, m.ptr + off, v.ptr + off, model.ptr + off, n, 0.1f, 1});
       off += n;
     }
-    const auto chunks = make_chunks(tensors);
-    dev::DeviceBuffer<OptimTensor> d_t(tensors.size());
-    dev::DeviceBuffer<OptimChunk> d_c(chunks.size());
-    dev::DeviceBuffer<double> partials(chunks.size()), out(1);
-    CUDA_CHECK(cudaMemcpy(d_t.ptr, tensors.data(), tensors.size() * sizeof(OptimTensor), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d_c.ptr, chunks.data(), chunks.size() * sizeof(OptimChunk), cudaMemcpyHostToDevice));
+    Table t(tensors);
     const AdamWStep s{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.2f, 1.f};
-    dev::report("grad sum of squares", dev::time_ms([&] {
-      grad_sum_squares(d_t.ptr, d_c.ptr, chunks.size(), partials.ptr, out.ptr, nullptr);
-    }, 10), 4.0 * total);
-    dev::report("adamw + bf16 write-back", dev::time_ms([&] { adamw(d_t.ptr, d_c.ptr, chunks.size(), s, nullptr); }, 10),
+    dev::report("grad sum of squares", dev::time_ms([&] { t.sum_squares(); }, 10), 4.0 * total);
+    dev::report("adamw + bf16 write-back", dev::time_ms([&] { t.step(s); }, 10),
                 (16.0 + 12.0 + 2.0) * total);
   }
   return ok ? 0 : 1;
