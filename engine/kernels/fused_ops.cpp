@@ -101,60 +101,54 @@ RowLayout heads_layout(const torch::Tensor& t, int64_t groups, int64_t rep) {
   return {t.size(0), t.size(1), groups, rep, t.stride(0), t.stride(1), rep * t.stride(2), t.stride(2)};
 }
 
+// Layout of `rep` rows per group inside the fused QKV tensor viewed as [b, s, groups, rep + 2, d]
+// (the queries: rep = heads / groups; a key or value: rep = 1), from the view's own strides.
+RowLayout fused_layout(const torch::Tensor& t5, int64_t rep) {
+  return {t5.size(0), t5.size(1), t5.size(2), rep, t5.stride(0), t5.stride(1), t5.stride(2), t5.stride(3)};
+}
+
+// The kernel's table pointer: empty tables mean no rotation.
+const float* table(const torch::Tensor& t) { return t.numel() > 0 ? t.data_ptr<float>() : nullptr; }
+
 struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& qkv, int64_t groups, int64_t rep,
                                int64_t d, const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
     const auto x = qkv.contiguous();
     const int64_t b = x.size(0), s = x.size(1), heads = groups * rep;
-    const bool rotate = cos_half.numel() > 0;  // empty tables: split only
-    ME_CHECK(!rotate || cos_half.size(0) >= s, "rotary tables cover ", cos_half.size(0), " positions, the input has ", s);
-    const float* cs = rotate ? cos_half.data_ptr<float>() : nullptr;
-    const float* sn = rotate ? sin_half.data_ptr<float>() : nullptr;
+    ME_CHECK(cos_half.numel() == 0 || cos_half.size(0) >= s, "rotary tables cover ", cos_half.size(0),
+             " positions, the input has ", s);
+    const float *cs = table(cos_half), *sn = table(sin_half);
     auto x5 = x.view({b, s, groups, rep + 2, d});
     auto q = torch::empty({b, s, heads, d}, x.options());
     auto k = torch::empty({b, s, groups, d}, x.options());
     const DType t = dtype_of(x);
-    const RowLayout from{b, s, groups, rep, x5.stride(0), x5.stride(1), x5.stride(2), x5.stride(3)};
-    rotary(t, x.data_ptr(), from, q.data_ptr(), heads_layout(q, groups, rep), d, cs, sn, /*inverse=*/false,
-           current_stream());
-    const RowLayout key_from{b, s, groups, 1, x5.stride(0), x5.stride(1), x5.stride(2), 0};
-    rotary(t, x5.select(3, rep).data_ptr(), key_from, k.data_ptr(), heads_layout(k, groups, 1), d, cs, sn, false,
-           current_stream());
+    rotary(t, x.data_ptr(), fused_layout(x5, rep), q.data_ptr(), heads_layout(q, groups, rep), d, cs, sn,
+           /*inverse=*/false, current_stream());
+    rotary(t, x5.select(3, rep).data_ptr(), fused_layout(x5, 1), k.data_ptr(), heads_layout(k, groups, 1), d, cs, sn,
+           false, current_stream());
     auto v = x5.select(3, rep + 1).contiguous();
     ctx->save_for_backward({cos_half, sin_half});
     ctx->saved_data["shape"] = x5.sizes().vec();
     return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // grads are never undefined here: LibTorch materialises an unused output's gradient as zeros.
     const auto saved = ctx->get_saved_variables();
     const auto shape = ctx->saved_data["shape"].toIntVector();  // [b, s, groups, rep + 2, d]
     const int64_t groups = shape[2], rep = shape[3] - 2, d = shape[4];
-    auto dx5 = torch::empty(shape, grads[0].defined() ? grads[0].options() : grads[1].options());
-    const RowLayout to{shape[0], shape[1], groups, rep, dx5.stride(0), dx5.stride(1), dx5.stride(2), dx5.stride(3)};
-    const float* cs = saved[0].numel() > 0 ? saved[0].data_ptr<float>() : nullptr;
-    const float* sn = saved[1].numel() > 0 ? saved[1].data_ptr<float>() : nullptr;
+    auto dx5 = torch::empty(shape, grads[0].options());
+    const float *cs = table(saved[0]), *sn = table(saved[1]);
     // Gradients arrive as [b, heads, s, d] in whatever layout attention's backward made.
     auto rows = [](const torch::Tensor& g) {
       auto r = g.transpose(1, 2);
       return r.stride(-1) == 1 ? r : r.contiguous();
     };
-    if (grads[0].defined()) {
-      auto dq = rows(grads[0]);
-      rotary(dtype_of(dq), dq.data_ptr(), heads_layout(dq, groups, rep), dx5.data_ptr(), to, d, cs, sn,
-             /*inverse=*/true, current_stream());
-    } else {
-      dx5.narrow(3, 0, rep).zero_();
-    }
-    if (grads[1].defined()) {
-      auto dk = rows(grads[1]);
-      const RowLayout key_to{shape[0], shape[1], groups, 1, dx5.stride(0), dx5.stride(1), dx5.stride(2), 0};
-      rotary(dtype_of(dk), dk.data_ptr(), heads_layout(dk, groups, 1), dx5.select(3, rep).data_ptr(), key_to, d, cs,
-             sn, true, current_stream());
-    } else {
-      dx5.select(3, rep).zero_();
-    }
-    if (grads[2].defined()) dx5.select(3, rep + 1).copy_(grads[2].transpose(1, 2));
-    else dx5.select(3, rep + 1).zero_();
+    auto dq = rows(grads[0]), dk = rows(grads[1]);
+    rotary(dtype_of(dq), dq.data_ptr(), heads_layout(dq, groups, rep), dx5.data_ptr(), fused_layout(dx5, rep), d, cs,
+           sn, /*inverse=*/true, current_stream());
+    rotary(dtype_of(dk), dk.data_ptr(), heads_layout(dk, groups, 1), dx5.select(3, rep).data_ptr(),
+           fused_layout(dx5, 1), d, cs, sn, true, current_stream());
+    dx5.select(3, rep + 1).copy_(grads[2].transpose(1, 2));
     return {dx5.view({shape[0], shape[1], -1}), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }

@@ -50,5 +50,4 @@ class AdamW {
 
 // Gradient clipping over the global norm lives in MasterOptimizer, which knows the TP/DP groups.
 
-
 }  // namespace me::optim

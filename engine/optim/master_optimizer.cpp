@@ -60,8 +60,9 @@ void MasterOptimizer::make_fused() {
   fused_writes_model_ = !shard;
   for (auto& s : segments_) {
     const auto& p = params_[s.param].param;
-    kernels::MultiTensorAdamW::Entry e{s.master, s.grad, s.m, s.v, {}, 0.0, params_[s.param].count_in_norm};
-    e.weight_decay = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
+    kernels::MultiTensorAdamW::Entry e{s.master, s.grad, s.m, s.v, {},
+                                       params_[s.param].decay ? cfg_.adam.weight_decay : 0.0,
+                                       params_[s.param].count_in_norm};
     if (!shard && p.scalar_type() == torch::kBFloat16) e.model = p.detach().view({-1}).narrow(0, s.start, s.length);
     else if (!shard && p.scalar_type() != torch::kFloat) fused_writes_model_ = false;  // fp16: LibTorch's copy
     entries.push_back(std::move(e));
@@ -70,21 +71,19 @@ void MasterOptimizer::make_fused() {
 }
 
 double MasterOptimizer::global_norm() {
-  if (fused_) {
-    auto sq = fused_->grad_sum_squares();
-    if (tp_) tp_->all_reduce(sq, comm::ReduceOp::sum);
-    if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
-    return std::sqrt(sq.item<double>());
-  }
   // Sum of squares over this rank's gradients, counting TP-replicated parameters once, then
   // summed over the ranks that hold different pieces: TP always, DP when grads are sharded.
-  std::vector<torch::Tensor> counted;
-  for (const auto& s : segments_)
-    if (params_[s.param].count_in_norm) counted.push_back(s.grad);
   // Accumulated in fp64 (read as fp32, no copy): an fp32 sum over millions of elements is only
   // good to ~1e-6, so the same gradients split differently over ranks would clip differently.
-  auto sq = torch::zeros({1}, flat_grads_.options().dtype(torch::kDouble));
-  for (const auto& g : counted) sq += at::linalg_vector_norm(g, 2, c10::nullopt, false, torch::kDouble).square();
+  torch::Tensor sq;
+  if (fused_) {
+    sq = fused_->grad_sum_squares();
+  } else {
+    sq = torch::zeros({1}, flat_grads_.options().dtype(torch::kDouble));
+    for (const auto& s : segments_)
+      if (params_[s.param].count_in_norm)
+        sq += at::linalg_vector_norm(s.grad, 2, c10::nullopt, false, torch::kDouble).square();
+  }
   if (tp_) tp_->all_reduce(sq, comm::ReduceOp::sum);
   if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
   return std::sqrt(sq.item<double>());

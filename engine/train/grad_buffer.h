@@ -56,7 +56,6 @@ class GradBuffer {
   comm::ProcessGroup* dp_;
   int dp_size_ = 1, dp_rank_ = 0;
   bool shard_reduce_, last_ = false;
-  std::vector<torch::Tensor> hooked_;  // keeps the hook registrations' params
   std::shared_ptr<bool> alive_;       // hooks outliving the buffer do nothing
   std::shared_ptr<c10::cuda::CUDAStream> comm_stream_;  // GPU: where bucket reductions run
 };

@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include <memory>
-#include <random>
 
 #include "engine/comm/communicator.h"
 #include "engine/model/transformer.h"
