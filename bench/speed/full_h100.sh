@@ -15,7 +15,7 @@ tail -2 "$out/unit_gpu.log"
 export ME_BENCH_STEPS=${ME_BENCH_STEPS:-20} ME_BENCH_WARMUP=${ME_BENCH_WARMUP:-5}
 bash "$repo/bench/speed/run.sh" "$build" "$out/speed" ${ME_BENCH_MODELS:-gpt1.3b llama1b} > "$out/speed.log" 2>&1
 grep -E "peak|iteration .*/|failed" "$out/speed.log" | cut -c1-160
-peak=$(python3 -c "import json,sys; print([json.loads(l)['tflops'] for l in open(sys.argv[1]) if 'matmul_peak' in l][-1])" "$out/speed/rows.jsonl")
+peak=$(python3 "$repo/bench/speed/table.py" --peak "$out/speed/rows.jsonl")
 for m in ${ME_BENCH_MODELS:-gpt1.3b llama1b}; do
   ME_KERNELS=none ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$out/speed/rows.jsonl \
     "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$out/$m.none.log" 2>&1 || tail -3 "$out/$m.none.log"

@@ -16,7 +16,7 @@ rows=$out/rows.jsonl
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 ME_BENCH_STEPS=${ME_BENCH_STEPS:-20} ME_BENCH_WARMUP=${ME_BENCH_WARMUP:-5}
 python3 "$repo/bench/reference/matmul_peak.py" --json "$rows" | tail -1
-peak=$(python3 -c "import json,sys; print([json.loads(l)['tflops'] for l in open(sys.argv[1]) if 'matmul_peak' in l][-1])" "$rows")
+peak=$(python3 "$repo/bench/speed/table.py" --peak "$rows")
 row() {  # model nproc overrides
   local m=$1 n=$2 o=$3 log=$out/$1.$2.${3//[^a-z0-9]/_}${ME_BENCH_LABEL:+x}.log
   if [ "$n" -eq 1 ]; then

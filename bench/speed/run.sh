@@ -17,7 +17,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 
 python3 "$repo/bench/reference/matmul_peak.py" --json "$rows" | tail -1
-peak=$(python3 -c "import json,sys; print([json.loads(l)['tflops'] for l in open(sys.argv[1]) if 'matmul_peak' in l][-1])" "$rows")
+peak=$(python3 "$repo/bench/speed/table.py" --peak "$rows")
 echo "bf16 matmul peak: $peak TFLOP/s"
 for m in $models; do
   echo "== $m: megaengine"

@@ -11,6 +11,7 @@ Prints the table, then one comparison line per model and layout:
   megaengine / faster PyTorch reference: X.XXx tokens/s (eager A, compile B)
 
   python3 bench/speed/table.py results.jsonl [more.jsonl ...]
+  python3 bench/speed/table.py --peak results.jsonl   # the last peak row's TFLOP/s, for scripts
 """
 
 import json
@@ -128,6 +129,13 @@ def main(argv=None):
     if not paths or paths[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if paths else 2
+    if paths[0] == "--peak":  # the peak measured last (this call's), as a bare number
+        _, peaks = load(paths[1:])
+        if not peaks:
+            print("no matmul_peak row in " + " ".join(paths[1:]), file=sys.stderr)
+            return 1
+        print(peaks[-1]["tflops"])
+        return 0
     rows, peaks = load(paths)
     peak_row = max(peaks, key=lambda r: r.get("tflops") or 0) if peaks else None
     peak = num(peak_row, "tflops") if peak_row else None
