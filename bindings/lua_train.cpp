@@ -152,6 +152,9 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     tr.samples = field_integer(L, t, "samples", "train", tr.samples);
     tr.peak_tflops = field_number(L, t, "peak_tflops", "train", tr.peak_tflops);
     tr.profile_phases = field_boolean(L, t, "profile_phases", "train", tr.profile_phases);
+    tr.profile_at = field_integer(L, t, "profile_at", "train", tr.profile_at);
+    tr.profile_steps = field_integer(L, t, "profile_steps", "train", tr.profile_steps);
+    tr.profile_trace = field_string(L, t, "profile_trace", "train", tr.profile_trace);
     tr.log_interval = field_integer(L, t, "log_interval", "train", tr.log_interval);
     tr.eval_interval = field_integer(L, t, "eval_interval", "train", tr.eval_interval);
     tr.eval_iters = field_integer(L, t, "eval_iters", "train", tr.eval_iters);

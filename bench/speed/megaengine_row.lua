@@ -44,16 +44,20 @@ for _, w in ipairs(windows) do ms = ms + w.ms_per_iter; n = n + 1 end
 ms = ms / n
 local r = windows[#windows]
 local tokens_per_s = r.tokens_per_s * r.ms_per_iter / ms
+local world = tonumber(env("WORLD_SIZE", "1"))
+local dp = world // (recipe.parallel.tp * recipe.parallel.pp)
+local accum = (recipe.batch.global or 0) > 0 and recipe.batch.global // (recipe.batch.micro * dp) or 1
 local row = {
   engine = "megaengine", model = name,
   -- "1 GPU" as the reference rows say; parallel layouts name what differs from plain DP
   layout = ("%s GPU%s%s%s"):format(env("WORLD_SIZE", "1"), env("WORLD_SIZE", "1") == "1" and "" or "s",
-                                   recipe.parallel.tp > 1 and (" tp=" .. recipe.parallel.tp) or "",
+                                   (recipe.parallel.tp > 1 and (" tp=" .. recipe.parallel.tp) or "")
+                                   .. (recipe.parallel.pp > 1 and (" pp=" .. recipe.parallel.pp) or ""),
                                    recipe.parallel.distributed_optimizer and " distopt" or "")
            .. ((env("ME_KERNELS", "all") ~= "all") and (" kernels=" .. env("ME_KERNELS", "")) or "")
            .. ((env("ME_ATTENTION", "auto") ~= "auto") and (" attention=" .. env("ME_ATTENTION", "")) or "")
            .. ((env("ME_BENCH_LABEL", ""):match("%S")) and (" " .. env("ME_BENCH_LABEL", ""):gsub("^%s+", ""):gsub("%s+$", "")) or ""),
-  micro = recipe.batch.micro, accum = 1, seq = model.seq, steps = steps,
+  micro = recipe.batch.micro, accum = accum, seq = model.seq, steps = steps,
   tokens_per_s = tokens_per_s, ms_per_step = ms,
   tflops_per_gpu = r.tflops_per_gpu * r.ms_per_iter / ms,
   mfu = recipe.train.peak_tflops > 0 and r.mfu * r.ms_per_iter / ms or nil,

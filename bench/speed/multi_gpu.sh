@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Multi-GPU rows of the speed table in one device call: each model on one GPU, data-parallel over
 # every GPU of the machine (same micro batch per GPU), and tensor-parallel over 2 (with sequence
-# parallelism); prints the table and each layout's tokens/s per GPU against one GPU.
+# parallelism), and pipeline-parallel over 2 (1F1B, 16 micro-batches per step; with 4 GPUs
+# also pp=2 x dp=2, 8 micro-batches each); prints the table and each layout's tokens/s per GPU
+# against one GPU.
 #   bash bench/speed/multi_gpu.sh BUILD_DIR OUT_DIR [MODEL ...]    (default: gpt1.3b llama1b)
 # Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4); ME_BENCH_DP_EXTRA
 #   (recipe overrides) and ME_BENCH_DP_EXTRA_ENV (VAR=value ...) add a second data-parallel row;
-#   ME_BENCH_SKIP_TP=1 skips the tp=2 row.
+#   ME_BENCH_SKIP_TP=1 skips the tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1 out=$2
@@ -39,6 +41,11 @@ for m in $models; do
      row "$m" "$ngpu" "${ME_BENCH_DP_EXTRA:-}")
   fi
   [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_TP:-0}" != 1 ] && row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true"
+  if [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_PP:-0}" != 1 ]; then
+    micro=${ME_BENCH_MICRO:-4}
+    row "$m" 2 "parallel.pp=2 batch.micro=$micro batch.global=$((16 * micro))"
+    [ "$ngpu" -ge 4 ] && row "$m" 4 "parallel.pp=2 batch.micro=$micro batch.global=$((16 * micro))"
+  fi
 done
 python3 "$repo/bench/speed/table.py" "$rows" | tee "$out/table.md"
 python3 - "$rows" <<'PY'

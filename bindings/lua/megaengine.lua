@@ -306,7 +306,7 @@ local recipe_defaults = {
   parallel = { tp = 1, pp = 1, sequence_parallel = false, distributed_optimizer = false, bucket_mb = 25.0 },
   comm = { backend = "auto", timeout_s = 600.0, heartbeat_s = 1.0 },
   train = { iters = 100, samples = 0, log_interval = 10, eval_interval = 0, eval_iters = 10, peak_tflops = 0.0,
-            profile_phases = false },
+            profile_phases = false, profile_at = 0, profile_steps = 3, profile_trace = "" },
   sample = { prompt = "\n", tokens = 0, top_k = 1, temperature = 1.0 },
   log = { level = "info" },
   on_log = false,  -- function(record) called at every log interval

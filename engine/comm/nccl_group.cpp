@@ -154,6 +154,21 @@ class NcclGroup : public ProcessGroup {
       return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), to_nccl(t.scalar_type()), src, comm_, s);
     });
   }
+  WorkPtr do_send_recv(const std::vector<PeerOp>& ops) override {
+    ME_CHECK(!ops.empty(), "send_recv on group '", name(), "': no transfers");
+    return launch("send_recv", ops.front().tensor, [&](cudaStream_t s) {
+      ncclResult_t r = ncclGroupStart();
+      for (const auto& op : ops) {
+        if (r != ncclSuccess) break;
+        const auto n = static_cast<size_t>(op.tensor.numel());
+        const auto type = to_nccl(op.tensor.scalar_type());
+        r = op.kind == PeerOp::send ? ncclSend(op.tensor.data_ptr(), n, type, op.peer, comm_, s)
+                                    : ncclRecv(op.tensor.data_ptr(), n, type, op.peer, comm_, s);
+      }
+      const ncclResult_t end = ncclGroupEnd();  // always closes the group it opened
+      return r != ncclSuccess ? r : end;
+    });
+  }
   WorkPtr do_barrier() override {
     // A barrier is a host-side promise: all-reduce one number, then wait for it here.
     auto one = torch::ones({1}, torch::TensorOptions().device(torch::kCUDA, device_));

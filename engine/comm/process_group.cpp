@@ -134,6 +134,42 @@ WorkPtr ProcessGroup::recv(torch::Tensor& t, int src, bool async) {
   return run("recv", async, [&] { return do_recv(t, src); });
 }
 
+WorkPtr ProcessGroup::send_recv(const std::vector<PeerOp>& ops, bool async) {
+  for (const auto& op : ops) {
+    const bool send = op.kind == PeerOp::send;
+    check_dense(op.tensor, send ? "send_recv (a send)" : "send_recv (a receive)", name_);
+    ME_CHECK(op.peer >= 0 && op.peer < size() && op.peer != rank_, "send_recv: peer ", op.peer,
+             " must be another rank of group '", name_, "' (size ", size(), ", this rank ", rank_, ")");
+  }
+  return run("send_recv", async, [&] { return do_send_recv(ops); });
+}
+
+namespace {
+// The Works of a batch's transfers, as one.
+class WorkList : public Work {
+ public:
+  explicit WorkList(std::vector<WorkPtr> works) : works_(std::move(works)) {}
+  void wait() override {
+    for (auto& w : works_) w->wait();
+  }
+  bool is_completed() override {
+    return std::all_of(works_.begin(), works_.end(), [](const WorkPtr& w) { return w->is_completed(); });
+  }
+
+ private:
+  std::vector<WorkPtr> works_;
+};
+}  // namespace
+
+WorkPtr ProcessGroup::do_send_recv(const std::vector<PeerOp>& ops) {
+  std::vector<WorkPtr> works;
+  for (const auto& op : ops) {
+    auto t = op.tensor;
+    works.push_back(op.kind == PeerOp::send ? do_send(t, op.peer) : do_recv(t, op.peer));
+  }
+  return std::make_shared<WorkList>(std::move(works));
+}
+
 void ProcessGroup::barrier() { run("barrier", false, [&] { return do_barrier(); }); }
 
 std::string ProcessGroup::describe() const {

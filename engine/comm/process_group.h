@@ -33,6 +33,13 @@ class CompletedWork : public Work {
   bool is_completed() override { return true; }
 };
 
+// One transfer of a send_recv batch: send `tensor` to, or receive it from, group rank `peer`.
+struct PeerOp {
+  enum Kind { send, recv } kind;
+  torch::Tensor tensor;
+  int peer;
+};
+
 class ProcessGroup {
  public:
   // Explains a failure of collective #seq of `group` from the other ranks' published progress.
@@ -58,6 +65,10 @@ class ProcessGroup {
   WorkPtr broadcast(torch::Tensor& t, int root, bool async = false);  // root: a group rank
   WorkPtr send(const torch::Tensor& t, int dst, bool async = false);  // dst: a group rank
   WorkPtr recv(torch::Tensor& t, int src, bool async = false);        // src: a group rank
+  // Sends and receives started together, so that no order between them can deadlock (a
+  // pipeline stage sends activations forward while receiving gradients back): NCCL runs them
+  // as one group, Gloo posts them all before waiting. Counts as one collective.
+  WorkPtr send_recv(const std::vector<PeerOp>& ops, bool async = false);
   void barrier();
 
   std::string describe() const;
@@ -70,6 +81,8 @@ class ProcessGroup {
   virtual WorkPtr do_send(const torch::Tensor& t, int dst) = 0;
   virtual WorkPtr do_recv(torch::Tensor& t, int src) = 0;
   virtual WorkPtr do_barrier() = 0;
+  // Default: each transfer started on its own (do_send/do_recv must not block), then all waited.
+  virtual WorkPtr do_send_recv(const std::vector<PeerOp>& ops);
   // The other ranks' state, for failures a backend detects on its own (NCCL's monitor).
   std::string diagnosis(int64_t seq) const { return diagnose_ ? diagnose_(*this, seq) : ""; }
 

@@ -165,4 +165,23 @@ inline void cuda_reset_peak_memory() {
 #endif
 }
 
+// A Kineto profiler event's start and duration: microseconds in 1.13, nanoseconds since 2.x
+// (the microsecond accessors are gone there). A template, so no profiler header is needed here.
+template <typename KinetoEvent>
+int64_t event_start_ns(const KinetoEvent& e) {
+#if ME_TORCH_AT_LEAST(2, 4)
+  return static_cast<int64_t>(e.startNs());
+#else
+  return static_cast<int64_t>(e.startUs()) * 1000;
+#endif
+}
+template <typename KinetoEvent>
+int64_t event_duration_ns(const KinetoEvent& e) {
+#if ME_TORCH_AT_LEAST(2, 4)
+  return static_cast<int64_t>(e.durationNs());
+#else
+  return static_cast<int64_t>(e.durationUs()) * 1000;
+#endif
+}
+
 }  // namespace me::compat

@@ -172,25 +172,38 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   return body(x);
 }
 
-TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp) : cfg_(cfg), tp_(tp) {
+TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp, PipelineStage stage)
+    : cfg_(cfg), tp_(tp), stage_(stage) {
   cfg_.validate("model", tp.size(), tp.sequence_parallel);
+  ME_CHECK(stage_.count >= 1 && stage_.index >= 0 && stage_.index < stage_.count, "pipeline stage ", stage_.index,
+           " of ", stage_.count, " does not exist");
+  ME_CHECK(cfg_.layers % stage_.count == 0, "model.layers (", cfg_.layers, ") is not divisible by parallel.pp (",
+           stage_.count, "): every pipeline stage holds the same number of layers; choose a pp that divides ",
+           cfg_.layers);
   const int64_t vocab = cfg_.padded_vocab(tp.size());
-  embedding_ = register_module("embedding", parallel::VocabParallelEmbedding(vocab, cfg_.hidden, tp));
-  if (cfg_.position == "learned") position_ = register_module("position", torch::nn::Embedding(cfg_.seq, cfg_.hidden));
+  if (stage_.first() || (stage_.last() && cfg_.tie_embeddings))
+    embedding_ = register_module("embedding", parallel::VocabParallelEmbedding(vocab, cfg_.hidden, tp));
+  if (stage_.first() && cfg_.position == "learned")
+    position_ = register_module("position", torch::nn::Embedding(cfg_.seq, cfg_.hidden));
   std::shared_ptr<parallel::Rotary> rope;
   if (cfg_.position == "rope") rope = std::make_shared<parallel::Rotary>(cfg_.head_dim(), cfg_.seq, cfg_.rope_base);
   blocks_ = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg_.layers; ++i) {
+  const int64_t layers = cfg_.layers / stage_.count;
+  first_layer_ = layers * stage_.index;
+  for (int64_t i = first_layer_; i < first_layer_ + layers; ++i) {
     const bool recompute = cfg_.recompute == "full" && i % cfg_.recompute_every == 0;
     blocks_->push_back(Block(cfg_, tp, rope, recompute));
   }
-  if (cfg_.norm == "rmsnorm") {
-    final_rms_ = register_module("final_norm", parallel::RMSNorm(cfg_.hidden, cfg_.norm_eps));
-  } else {
-    final_ln_ = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg_.hidden}).eps(cfg_.norm_eps)));
+  if (stage_.last()) {
+    if (cfg_.norm == "rmsnorm") {
+      final_rms_ = register_module("final_norm", parallel::RMSNorm(cfg_.hidden, cfg_.norm_eps));
+    } else {
+      final_ln_ = register_module("final_norm",
+                                  torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg_.hidden}).eps(cfg_.norm_eps)));
+    }
+    if (!cfg_.tie_embeddings)
+      output_ = register_module("output", parallel::ColumnParallelLinear(cfg_.hidden, vocab, false, tp));
   }
-  if (!cfg_.tie_embeddings)
-    output_ = register_module("output", parallel::ColumnParallelLinear(cfg_.hidden, vocab, false, tp));
 
   // Shard map: parallel layers say how they are cut; everything else is replicated, and
   // under sequence parallelism the replicated weights of norms and row biases see only
@@ -222,7 +235,7 @@ void TransformerImpl::reset_parameters(uint64_t seed) {
     } else if (name.find("norm") != std::string::npos) {
       full = torch::ones(info.full_shape);
     } else {
-      auto gen = at::detail::createCPUGenerator(mix(seed, name));
+      auto gen = at::detail::createCPUGenerator(mix(seed, model_name(name)));
       const bool residual_out = ends_with(name, "proj.weight") || ends_with(name, "fc2.weight") || ends_with(name, "down.weight");
       full = torch::empty(info.full_shape).normal_(0.0, residual_out ? out_std : cfg_.init_std, gen);
     }
@@ -231,7 +244,19 @@ void TransformerImpl::reset_parameters(uint64_t seed) {
   }
 }
 
-torch::Tensor TransformerImpl::hidden_states(const torch::Tensor& tokens) {
+std::string TransformerImpl::model_name(const std::string& local) const {
+  const std::string prefix = "blocks.";
+  if (first_layer_ == 0 || local.rfind(prefix, 0) != 0) return local;
+  const size_t dot = local.find('.', prefix.size());
+  const int64_t i = std::stoll(local.substr(prefix.size(), dot - prefix.size()));
+  return prefix + std::to_string(i + first_layer_) + local.substr(dot);
+}
+
+bool TransformerImpl::holds_shared_embedding() const {
+  return cfg_.tie_embeddings && !stage_.whole() && (stage_.first() || stage_.last());
+}
+
+torch::Tensor TransformerImpl::embed(const torch::Tensor& tokens) {
   ME_CHECK(tokens.dim() == 2, "the model expects tokens of shape [batch, seq], got ", tokens.sizes());
   const auto s = tokens.size(1);
   ME_CHECK(s <= cfg_.seq, "a sequence of ", s, " tokens is longer than model.seq = ", cfg_.seq);
@@ -241,14 +266,29 @@ torch::Tensor TransformerImpl::hidden_states(const torch::Tensor& tokens) {
     pos = pos.unsqueeze(0);
     x = x + (tp_.sequence_parallel ? parallel::scatter_seq(pos, tp_) : pos);
   }
+  return x;
+}
+
+torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
+  auto x = stage_.first() ? embed(input) : input;
   for (const auto& block : *blocks_) x = block->as<Block>()->forward(x);
-  return final_rms_ ? final_rms_->forward(x) : final_ln_->forward(x);
+  if (!stage_.last()) return x;
+  x = final_rms_ ? final_rms_->forward(x) : final_ln_->forward(x);
+  // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
+  return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);
+}
+
+torch::Tensor TransformerImpl::stage_loss(const torch::Tensor& input, const torch::Tensor& labels) {
+  ME_CHECK(stage_.last(), "stage_loss: pipeline stage ", stage_.index, " of ", stage_.count,
+           " is not the last one; only the last stage has the output layer");
+  return parallel::vocab_parallel_cross_entropy(forward_stage(input), labels, tp_);
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
-  auto x = hidden_states(tokens);
-  // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
-  return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);
+  ME_CHECK(stage_.whole(), "this model is pipeline stage ", stage_.index + 1, " of ", stage_.count,
+           " (layers ", first_layer_, "..", first_layer_ + cfg_.layers / stage_.count - 1,
+           "): forward, loss and sampling need the whole model (parallel.pp = 1)");
+  return forward_stage(tokens);
 }
 
 torch::Tensor TransformerImpl::full_logits(const torch::Tensor& tokens) { return parallel::gather_last(forward(tokens), tp_); }
@@ -317,8 +357,11 @@ void describe_into(std::ostringstream& os, const std::string& name, const torch:
 std::string describe_model(const TransformerImpl& model) {
   std::ostringstream os;
   const auto& tp = model.tensor_parallel();
-  os << model.config().describe() << ", tp " << tp.size() << (tp.sequence_parallel ? " with sequence parallelism" : "")
-     << "\n";
+  os << model.config().describe() << ", tp " << tp.size() << (tp.sequence_parallel ? " with sequence parallelism" : "");
+  if (const auto& st = model.stage(); !st.whole())
+    os << ", pipeline stage " << st.index + 1 << " of " << st.count << " (layers " << model.first_layer() << ".."
+       << model.first_layer() + model.config().layers / st.count - 1 << ")";
+  os << "\n";
   describe_into(os, "", model, 0);
   os << "parameters: " << with_commas(model.config().parameter_count(tp.size())) << " in the model, "
      << with_commas(model.local_parameter_count()) << " on this rank (shapes above are this rank's)";
@@ -327,28 +370,37 @@ std::string describe_model(const TransformerImpl& model) {
 
 std::vector<int64_t> generate(Transformer& model, std::vector<int64_t> tokens, int64_t count, int64_t top_k,
                               double temperature, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  auto last_logits = [&](const torch::Tensor& input) { return model->full_logits(input).select(1, -1).squeeze(0); };
+  const auto device = model->parameters().front().device();
+  auto out = generate(last_logits, model->config(), device, std::move(tokens), count, top_k, temperature, seed);
+  if (was_training) model->train();
+  return out;
+}
+
+std::vector<int64_t> generate(const LastLogits& last_logits, const TransformerConfig& config, torch::Device device,
+                              std::vector<int64_t> tokens, int64_t count, int64_t top_k, double temperature,
+                              uint64_t seed) {
   ME_CHECK(!tokens.empty(), "generate: the prompt must hold at least one token");
   ME_CHECK(top_k >= 1, "generate: top_k must be >= 1, got ", top_k);
   ME_CHECK(temperature > 0, "generate: temperature must be > 0, got ", temperature);
   torch::NoGradGuard no_grad;
-  const bool was_training = model->is_training();
-  model->eval();
   auto gen = at::detail::createCPUGenerator(seed);
-  const auto device = model->parameters().front().device();
-  const int64_t ctx = model->config().seq, vocab = model->config().vocab;
+  const int64_t ctx = config.seq, vocab = config.vocab;
   for (int64_t i = 0; i < count; ++i) {
     const size_t start = tokens.size() > static_cast<size_t>(ctx) ? tokens.size() - static_cast<size_t>(ctx) : 0;
     std::vector<int64_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
     auto input = torch::tensor(window, torch::kLong).view({1, -1}).to(device);
     // Padded vocabulary entries are not tokens: sample among the real ones only.
-    auto logits = model->full_logits(input).select(1, -1).squeeze(0).narrow(0, 0, vocab);
+    auto logits = last_logits(input).narrow(0, 0, vocab);
     logits = logits.to(torch::kCPU, torch::kFloat) / temperature;
     auto top = logits.topk(std::min<int64_t>(top_k, vocab));
     auto probs = torch::softmax(std::get<0>(top), -1);
     const int64_t pick = torch::multinomial(probs, 1, /*replacement=*/false, gen).item<int64_t>();
     tokens.push_back(std::get<1>(top)[pick].item<int64_t>());
   }
-  if (was_training) model->train();
   return tokens;
 }
 

@@ -66,16 +66,39 @@ class BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+// Which pipeline stage a model is: stage `index` of `count` holds layers / count consecutive
+// layers; the first stage also holds the embeddings, the last the final norm and the output
+// layer (and, with tied embeddings, its own copy of the word embedding, kept equal to the
+// first stage's by summing their gradients, as Megatron does).
+struct PipelineStage {
+  int index = 0, count = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index == count - 1; }
+  bool whole() const { return count == 1; }
+};
+
 class TransformerImpl : public torch::nn::Module {
  public:
-  explicit TransformerImpl(const TransformerConfig& cfg, TensorParallel tp = {});
+  explicit TransformerImpl(const TransformerConfig& cfg, TensorParallel tp = {}, PipelineStage stage = {});
 
+  // The whole model (not a pipeline stage):
   // tokens [batch, seq] -> this rank's vocabulary slice of the logits [batch, seq, vocab / tp]
   torch::Tensor forward(const torch::Tensor& tokens);
   // All of the (padded) vocabulary: gathers the slices (for sampling and tests).
   torch::Tensor full_logits(const torch::Tensor& tokens);
   // Mean next-token cross entropy, computed on the vocabulary slices (never gathered).
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& labels);
+
+  // This stage alone: its input (tokens on the first stage, the previous stage's hidden states
+  // [batch, seq (/ tp under sequence parallelism), hidden] otherwise) -> its hidden states, or
+  // on the last stage the logits' vocabulary slice. stage_loss: the last stage's loss.
+  torch::Tensor forward_stage(const torch::Tensor& input);
+  torch::Tensor stage_loss(const torch::Tensor& input, const torch::Tensor& labels);
+  const PipelineStage& stage() const { return stage_; }
+  int64_t first_layer() const { return first_layer_; }
+  // With tied embeddings over several stages: the first and last stages each hold the word
+  // embedding, whose gradients must be summed over the embedding group before the update.
+  bool holds_shared_embedding() const;
 
   const TransformerConfig& config() const { return cfg_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
@@ -91,10 +114,15 @@ class TransformerImpl : public torch::nn::Module {
   void finalize_sequence_parallel_grads();
 
  private:
-  torch::Tensor hidden_states(const torch::Tensor& tokens);
+  torch::Tensor embed(const torch::Tensor& tokens);
+  // The name a parameter has in the whole model ("blocks.3.x" of stage 1 of 2 with 8 layers is
+  // "blocks.7.x"): initialisation is seeded by it, so every layout starts from the same weights.
+  std::string model_name(const std::string& local) const;
 
   TransformerConfig cfg_;
   TensorParallel tp_;
+  PipelineStage stage_;
+  int64_t first_layer_ = 0;
   parallel::VocabParallelEmbedding embedding_{nullptr};
   torch::nn::Embedding position_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};
@@ -112,5 +140,12 @@ std::string describe_model(const TransformerImpl& model);
 // tensor parallelism every rank of the group must call it together (same seed: same tokens).
 std::vector<int64_t> generate(Transformer& model, std::vector<int64_t> prompt, int64_t count, int64_t top_k,
                               double temperature, uint64_t seed);
+// The same over any source of logits: `last_logits(tokens [1, s])` returns the (padded)
+// vocabulary's logits at the last position, [vocab >= config.vocab] (a pipeline's last stage
+// computes them and shares them with the other stages).
+using LastLogits = std::function<torch::Tensor(const torch::Tensor& tokens)>;
+std::vector<int64_t> generate(const LastLogits& last_logits, const TransformerConfig& config, torch::Device device,
+                              std::vector<int64_t> prompt, int64_t count, int64_t top_k, double temperature,
+                              uint64_t seed);
 
 }  // namespace me::model

@@ -8,10 +8,10 @@
 namespace me::optim {
 
 MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
-                                 std::vector<int64_t> offsets, OptimizerConfig cfg, comm::ProcessGroup* tp,
+                                 std::vector<int64_t> offsets, OptimizerConfig cfg, comm::ProcessGroup* model_parallel,
                                  comm::ProcessGroup* dp)
     : params_(std::move(params)), flat_grads_(flat_grads), offsets_(std::move(offsets)), cfg_(cfg),
-      tp_(tp && tp->size() > 1 ? tp : nullptr), dp_(dp && dp->size() > 1 ? dp : nullptr) {
+      model_parallel_(model_parallel && model_parallel->size() > 1 ? model_parallel : nullptr), dp_(dp && dp->size() > 1 ? dp : nullptr) {
   ME_CHECK(cfg_.kind == "adamw" || cfg_.kind == "sgd", "optimizer kind '", cfg_.kind, "': expected adamw or sgd");
   ME_CHECK(cfg_.clip >= 0, "optimizer.clip must be >= 0 (0 turns clipping off), got ", cfg_.clip);
   cfg_.adam.validate();
@@ -72,7 +72,8 @@ void MasterOptimizer::make_fused() {
 
 double MasterOptimizer::global_norm() {
   // Sum of squares over this rank's gradients, counting TP-replicated parameters once, then
-  // summed over the ranks that hold different pieces: TP always, DP when grads are sharded.
+  // summed over the ranks that hold different pieces: the model-parallel group (TP ranks and
+  // pipeline stages) always, DP when grads are sharded.
   // Accumulated in fp64 (read as fp32, no copy): an fp32 sum over millions of elements is only
   // good to ~1e-6, so the same gradients split differently over ranks would clip differently.
   torch::Tensor sq;
@@ -84,7 +85,7 @@ double MasterOptimizer::global_norm() {
       if (params_[s.param].count_in_norm)
         sq += at::linalg_vector_norm(s.grad, 2, c10::nullopt, false, torch::kDouble).square();
   }
-  if (tp_) tp_->all_reduce(sq, comm::ReduceOp::sum);
+  if (model_parallel_) model_parallel_->all_reduce(sq, comm::ReduceOp::sum);
   if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
   return std::sqrt(sq.item<double>());
 }

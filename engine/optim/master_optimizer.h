@@ -18,7 +18,9 @@ namespace me::optim {
 struct MasterParam {
   torch::Tensor param;       // the model's parameter
   bool decay = true;         // weight decay applies (matrices, embeddings; not biases or norms)
-  bool count_in_norm = true; // false on TP ranks > 0 for parameters replicated across TP
+  // false on TP ranks > 0 for parameters replicated across TP, and on the last pipeline
+  // stage for its copy of the tied word embedding
+  bool count_in_norm = true;
 };
 
 struct OptimizerConfig {
@@ -33,9 +35,10 @@ class MasterOptimizer {
  public:
   // `flat_grads` is the data-parallel gradient buffer (GradBuffer::flat), with param i at
   // `offsets[i]`; under the distributed optimizer only [shard_start, shard_start + shard_size)
-  // is reduced. tp/dp may be null.
+  // is reduced. model_parallel (the TP x PP ranks holding one copy of the model, over which
+  // the gradient norm is summed) and dp may be null.
   MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads, std::vector<int64_t> offsets,
-                  OptimizerConfig cfg, comm::ProcessGroup* tp, comm::ProcessGroup* dp);
+                  OptimizerConfig cfg, comm::ProcessGroup* model_parallel, comm::ProcessGroup* dp);
 
   // Clips, steps at `lr` and writes the new weights into the model's parameters. Returns the
   // gradient norm before clipping; a non-finite norm skips the update (returned as is).
@@ -57,7 +60,7 @@ class MasterOptimizer {
   torch::Tensor flat_grads_;
   std::vector<int64_t> offsets_;
   OptimizerConfig cfg_;
-  comm::ProcessGroup *tp_, *dp_;
+  comm::ProcessGroup *model_parallel_, *dp_;
   // One entry per master tensor: a whole parameter, or the piece of it inside this shard.
   struct Segment {
     size_t param;

@@ -58,6 +58,10 @@ struct TrainSpec {
   // Synchronise the GPU between the phases of a step and log where the time goes (slower:
   // the phases no longer overlap). For finding what to speed up, not for production runs.
   bool profile_phases = false;
+  // A kernel-level profile (StepProfiler) of iterations profile_at .. profile_at + profile_steps
+  // - 1, summarised in the log; profile_trace: where its Chrome trace goes ("": none).
+  int64_t profile_at = 0, profile_steps = 3;
+  std::string profile_trace;
 };
 
 struct SampleSpec {

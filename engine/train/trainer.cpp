@@ -8,6 +8,7 @@
 #include "engine/core/log.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/train/step_profiler.h"
 
 namespace me::train {
 namespace {
@@ -41,12 +42,11 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
            "precision must be fp32, bf16 or fp16, got '", spec_.precision, "'");
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
-  ME_CHECK(par.pp == 1, "parallel.pp = ", par.pp, ": pipeline parallelism is not available yet; set parallel.pp=1");
   ME_CHECK(par.bucket_mb > 0, "parallel.bucket_mb must be positive, got ", par.bucket_mb);
 
   // Several ranks (a launcher set RANK/WORLD_SIZE or Slurm did): communicate.
   const auto env = comm::read_launch_env();
-  if (env.world > 1 || par.tp > 1) {
+  if (env.world > 1 || par.tp > 1 || par.pp > 1) {
     comm::CommOptions o;
     o.backend = spec_.comm.backend;
     o.device = spec_.device;
@@ -89,7 +89,9 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   parallel::TensorParallel tp;
   if (groups_) tp.group = groups_->tp.get();
   tp.sequence_parallel = par.sequence_parallel;
-  model_ = model::Transformer(spec_.model, tp);
+  model::PipelineStage stage;
+  if (groups_) stage = {groups_->pp->rank(), groups_->pp->size()};
+  model_ = model::Transformer(spec_.model, tp, stage);
   model_->reset_parameters(spec_.seed);
   model_->to(device_, spec_.precision == "bf16" ? torch::kBFloat16 : spec_.precision == "fp16" ? torch::kHalf : torch::kFloat);
   params_ = model_->parameters();
@@ -98,9 +100,13 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   const auto named = model_->named_parameters();
   for (size_t i = 0; i < named.size(); ++i) {
     const auto& info = model_->shards().at(named[i].key());
-    // A parameter replicated over TP counts once in the gradient norm: on TP rank 0.
-    masters.push_back({named[i].value(), named[i].value().dim() >= 2, info.dim >= 0 || tp.rank() == 0});
+    // A parameter replicated over TP counts once in the gradient norm: on TP rank 0; the tied
+    // word embedding held by the first and last stages, on the first.
+    const bool shared_embedding = model_->holds_shared_embedding() && named[i].key() == "embedding.weight";
+    const bool counted = (info.dim >= 0 || tp.rank() == 0) && !(shared_embedding && !stage.first());
+    masters.push_back({named[i].value(), named[i].value().dim() >= 2, counted});
     if (info.sequence_parallel_grad) sequence_parallel_params_.push_back(i);
+    if (shared_embedding) shared_embedding_param_ = static_cast<int64_t>(i);
   }
   grads_ = std::make_unique<GradBuffer>(params_, groups_ ? groups_->dp.get() : nullptr, par.bucket_mb,
                                         par.distributed_optimizer);
@@ -113,8 +119,9 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ocfg.clip = spec_.optim.clip;
   ocfg.distributed = par.distributed_optimizer;
   optimizer_ = std::make_unique<optim::MasterOptimizer>(std::move(masters), grads_->flat(), offsets, ocfg,
-                                                        groups_ ? groups_->tp.get() : nullptr,
+                                                        groups_ ? groups_->model_parallel.get() : nullptr,
                                                         groups_ ? groups_->dp.get() : nullptr);
+  pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr);
   flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(global_batch_) *
                          static_cast<double>(spec_.model.seq);
 }
@@ -149,28 +156,31 @@ StepResult Trainer::step_async() {
   mark_phase(0);
 
   grads_->begin_step();
-  auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  for (int64_t m = 0; m < accumulation_; ++m) {
-    grads_->begin_micro_batch(m == accumulation_ - 1);
-    auto loss = model_->loss(tokens.narrow(0, m * micro, micro), labels.narrow(0, m * micro, micro)) /
-                static_cast<double>(accumulation_);
-    mark_phase(1);
-    (scaler_ ? loss * scaler_->scale() : loss).backward();
-    mark_phase(2);
+  PipelineSchedule::Hooks hooks;
+  hooks.before_backward = [&](int64_t, bool last) { grads_->begin_micro_batch(last); };
+  hooks.after_backward = [&] {
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
-    loss_sum += loss.detach().to(torch::kFloat);
-  }
-  // Under sequence parallelism each TP rank's norm gradients cover its slice of positions.
-  auto reduce_sequence_parallel = [&] {
+  };
+  hooks.mark = [&](int phase) { mark_phase(phase); };
+  auto loss_sum = pipeline_->train(tokens, labels, micro, accumulation_, scaler_ ? scaler_->scale() : 1.0, hooks);
+  // Gradients of replicated parameters that each rank saw only part of are summed: under
+  // sequence parallelism the norms' (each TP rank saw its slice of positions), with tied
+  // embeddings over pipeline stages the word embedding's (lookup on the first, output layer on
+  // the last). The distributed optimizer needs them whole before the buffer is cut in shards.
+  auto sum_replicated_grads = [&] {
     for (size_t i : sequence_parallel_params_) {
       auto g = grads_->view(i);
       groups_->tp->all_reduce(g, comm::ReduceOp::sum);
     }
+    if (shared_embedding_param_ >= 0) {
+      auto g = grads_->view(static_cast<size_t>(shared_embedding_param_));
+      groups_->embedding->all_reduce(g, comm::ReduceOp::sum);
+    }
   };
-  const bool sp = !sequence_parallel_params_.empty();
-  if (sp && spec_.parallel.distributed_optimizer) reduce_sequence_parallel();  // before the shards are cut
+  const bool replicated = !sequence_parallel_params_.empty() || shared_embedding_param_ >= 0;
+  if (replicated && spec_.parallel.distributed_optimizer) sum_replicated_grads();
   grads_->finish();
-  if (sp && !spec_.parallel.distributed_optimizer) reduce_sequence_parallel();
+  if (replicated && !spec_.parallel.distributed_optimizer) sum_replicated_grads();
   if (groups_ && dp_ > 1) groups_->dp->all_reduce(loss_sum, comm::ReduceOp::avg);
   if (scaler_) grads_->flat().div_(scaler_->scale());  // unscale before the norm and the update
   mark_phase(3);
@@ -202,7 +212,7 @@ double Trainer::evaluate() {
   double sum = 0;
   for (int64_t i = 0; i < spec_.train.eval_iters; ++i) {
     auto batch = data_->valid_batch(i);
-    sum += model_->loss(batch.tokens.to(device_), batch.labels.to(device_)).item<double>();
+    sum += pipeline_->loss(batch.tokens.to(device_), batch.labels.to(device_)).item<double>();
   }
   model_->train();
   return sum / static_cast<double>(spec_.train.eval_iters);
@@ -245,6 +255,15 @@ Summary Trainer::run() {
               iters_, " iterations of ", global_batch_, " samples (micro ", t.micro_batch, " x dp ", dp_,
               " x accumulation ", accumulation_, ")");
     log::info("data: ", data_->describe());
+    if (const int pp = pipeline_->stages(); pp > 1) {
+      log::info("pipeline: ", pp, " stages of ", spec_.model.layers / pp, " layers, 1F1B over ", accumulation_,
+                " micro-batches per step (idle share (pp - 1) / (micro-batches + pp - 1) = ",
+                std::round(1000.0 * (pp - 1) / static_cast<double>(accumulation_ + pp - 1)) / 10, "%)");
+      if (accumulation_ < pp)
+        log::warn("only ", accumulation_, " micro-batches per step for ", pp,
+                  " pipeline stages: most of each step is idle; raise batch.global to at least ",
+                  pp * t.micro_batch * dp_);
+    }
     if (device_.is_cuda())
       log::info("fused CUDA kernels: ", kernels::describe(), "; attention: ", compat::attention_backend_name());
     if (spec_.parallel.distributed_optimizer)
@@ -260,8 +279,16 @@ Summary Trainer::run() {
   // host wait for every step's end before queueing the next.
   std::vector<torch::Tensor> window_losses;
   std::vector<bool> window_skipped;
+  std::unique_ptr<StepProfiler> profiler;
+  if (t.profile_at > 0)
+    profiler = std::make_unique<StepProfiler>(t.profile_at, t.profile_steps, t.profile_trace, device_.is_cuda(),
+                                              comm_ ? comm_->rank() : 0);
   while (iteration_ < iters_) {
+    if (profiler) profiler->before_step(iteration_ + 1);
     const auto r = step_async();
+    if (profiler)
+      if (const auto summary = profiler->after_step(iteration_, r.ms); !summary.empty() && is_logging_rank())
+        log::info(summary);
     window_losses.push_back(last_loss_);
     window_skipped.push_back(r.skipped);
     window_ms += r.ms;
@@ -324,7 +351,13 @@ Summary Trainer::run() {
 
 std::string Trainer::sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature) {
   auto ids = data_->encode(prompt.empty() ? std::string("\n") : prompt);
-  return data_->decode(model::generate(model_, ids, tokens, top_k, temperature, spec_.seed));
+  if (pipeline_->stages() == 1) return data_->decode(model::generate(model_, ids, tokens, top_k, temperature, spec_.seed));
+  const bool was_training = model_->is_training();
+  model_->eval();
+  auto last_logits = [&](const torch::Tensor& input) { return pipeline_->last_logits(input); };
+  auto out = model::generate(last_logits, spec_.model, device_, ids, tokens, top_k, temperature, spec_.seed);
+  if (was_training) model_->train();
+  return data_->decode(out);
 }
 
 }  // namespace me::train

@@ -1,8 +1,9 @@
 // The training loop. One step: this data-parallel rank's share of the global batch (TrainData)
-// is cut into micro-batches; each runs forward and backward
-// into the fp32 gradient buffer, whose buckets are averaged over data parallelism as they
-// fill; then the optimizer clips by the global norm, steps at the scheduled learning rate and
-// writes the weights back. Tensor-parallel ranks see the same batches.
+// is cut into micro-batches; each runs forward and backward (through the pipeline stages in
+// 1F1B order, see PipelineSchedule) into the fp32 gradient buffer, whose buckets are averaged
+// over data parallelism as they fill; then the optimizer clips by the global norm, steps at
+// the scheduled learning rate and writes the weights back. Tensor-parallel ranks and pipeline
+// stages see the same batches.
 #pragma once
 #include <torch/torch.h>
 
@@ -13,6 +14,7 @@
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/master_optimizer.h"
 #include "engine/train/grad_buffer.h"
+#include "engine/train/pipeline.h"
 #include "engine/train/run_spec.h"
 #include "engine/train/train_data.h"
 
@@ -70,8 +72,10 @@ class Trainer {
   std::unique_ptr<GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
+  std::unique_ptr<PipelineSchedule> pipeline_;
   std::vector<torch::Tensor> params_;
   std::vector<size_t> sequence_parallel_params_;
+  int64_t shared_embedding_param_ = -1;  // index of the tied word embedding shared by pipeline stages
   int64_t dp_ = 1, dp_rank_ = 0, accumulation_ = 1, global_batch_ = 0, iters_ = 0;
   int64_t iteration_ = 0, skipped_ = 0, nan_ = 0;
   double flops_per_iteration_ = 0;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Data parallelism, the distributed optimizer and tensor x data parallelism reproduce the
+# Data parallelism, the distributed optimizer, tensor x data parallelism and pipeline
+# parallelism (1F1B, with tied and untied embeddings, 2 and 4 stages) reproduce the
 # single-process loss curve: 20 steps at the same global batch (8 = micro 2 x dp x
 # accumulation), fp32. Tolerance: relative difference of every step's loss and gradient norm
 # below 1e-5 (reduction order differs between layouts; Adam amplifies it a little per step).
@@ -21,28 +22,39 @@ run() {  # name nproc overrides...
     { echo "FAILED: layout $name did not run:"; tail -20 "$tmp/$name.log"; exit 1; }
 }
 run dp1 1
+# layout:reference pairs; the reference is a single-process run of the same model.
 if [ "$mode" = gpt ]; then
-  layouts="dp2 dp2_distopt tp2_dp2"
+  layouts="dp2:dp1 dp2_distopt:dp1 tp2_dp2:dp1 pp2_dp2:dp1"
   run dp2 2
   run dp2_distopt 2 parallel.distributed_optimizer=true
   run tp2_dp2 4 parallel.tp=2
+  run pp2_dp2 4 parallel.pp=2
 else
-  layouts="dp2 dp4 dp2_distopt dp4_distopt tp2_dp2 tp2_dp2_sp_distopt"
+  layouts="dp2:dp1 dp4:dp1 dp2_distopt:dp1 dp4_distopt:dp1 tp2_dp2:dp1 tp2_dp2_sp_distopt:dp1 pp2:dp1
+           pp2_dp2_distopt:dp1 tp2_pp2_sp:dp1 pp2_untied:dp1_untied pp4_4layers:dp1_4layers"
   run dp2 2
   run dp4 4
   run dp2_distopt 2 parallel.distributed_optimizer=true
   run dp4_distopt 4 parallel.distributed_optimizer=true
   run tp2_dp2 4 parallel.tp=2
   run tp2_dp2_sp_distopt 4 parallel.tp=2 parallel.sequence_parallel=true parallel.distributed_optimizer=true
+  run pp2 2 parallel.pp=2
+  run pp2_dp2_distopt 4 parallel.pp=2 parallel.distributed_optimizer=true
+  run tp2_pp2_sp 4 parallel.pp=2 parallel.tp=2 parallel.sequence_parallel=true
+  run dp1_untied 1 model.tie_embeddings=false
+  run pp2_untied 2 parallel.pp=2 model.tie_embeddings=false
+  run dp1_4layers 1 model.layers=4
+  run pp4_4layers 4 parallel.pp=4 model.layers=4
 fi
 
 status=0
-for name in $layouts; do
-  worst=$(paste "$tmp/dp1" "$tmp/$name" | awk '
+for pair in $layouts; do
+  name=${pair%%:*} ref=${pair##*:}
+  worst=$(paste "$tmp/$ref" "$tmp/$name" | awk '
     function rel(a, b) { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; return d / (m > 1e-12 ? m : 1e-12) }
     { n++; x = rel($3, $1); if (x > w) w = x; y = rel($4, $2); if (y > w) w = y }
     END { if (n != 20) { print "steps=" n; exit } printf "%.2e", w }')
-  printf '%-20s 20 steps, worst relative difference to dp1 (loss, grad norm): %s\n' "$name" "$worst"
+  printf '%-20s 20 steps, worst relative difference to %s (loss, grad norm): %s\n' "$name" "$ref" "$worst"
   case $worst in
     steps=*) echo "FAILED: $name logged $worst, expected 20"; status=1 ;;
     *) awk -v w="$worst" 'BEGIN { exit !(w < 1e-5) }' || { echo "FAILED: $name differs by $worst"; status=1; } ;;

@@ -1,0 +1,190 @@
+#include "engine/train/step_profiler.h"
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "engine/core/torch_compat.h"
+
+namespace me::train {
+namespace {
+
+namespace prof = torch::autograd::profiler;
+namespace impl = torch::profiler::impl;
+
+// The kind of a GPU kernel, from its (demangled) name.
+std::string kernel_kind(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+  if (has("nccl")) return "communication (NCCL)";
+  if (has("me::kernels")) return "engine kernels (engine/kernels)";
+  if (has("flash") || has("fmha") || has("sdpa") || has("attention")) return "attention";
+  if (has("gemm") || has("cutlass") || has("xmma") || has("nvjet") || has("cublas") || has("wgmma"))
+    return "matmul (cuBLAS)";
+  if (has("memcpy") || has("memset")) return "memory copies and sets";
+  return "other LibTorch kernels";
+}
+
+struct Span {
+  int64_t start, end;
+};
+
+// Time covered by at least one span (kernels of several streams overlap).
+int64_t covered(std::vector<Span> spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  int64_t total = 0, open = 0, close = -1;
+  for (const auto& s : spans) {
+    if (s.start > close) {
+      total += close - open;
+      open = s.start;
+      close = s.end;
+    } else {
+      close = std::max(close, s.end);
+    }
+  }
+  return total + (close > open ? close - open : 0);
+}
+
+struct Totals {
+  int64_t ns = 0, calls = 0;
+};
+
+std::string table(const std::string& head, std::vector<std::pair<std::string, Totals>> rows, double per, double base,
+                  size_t limit) {
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-86s %9s %9s %7s\n", head.c_str(), "ms/step", "calls", "share");
+  std::string out = line;
+  for (size_t i = 0; i < rows.size() && i < limit; ++i) {
+    std::string name = rows[i].first;
+    if (name.size() > 86) name = name.substr(0, 83) + "...";
+    const double ms = static_cast<double>(rows[i].second.ns) / 1e6 / per;
+    std::snprintf(line, sizeof line, "  %-86s %9.2f %9.0f %6.1f%%\n", name.c_str(), ms,
+                  static_cast<double>(rows[i].second.calls) / per, 100.0 * ms / base);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace
+
+StepProfiler::StepProfiler(int64_t at, int64_t steps, std::string trace, bool cuda, int rank)
+    : at_(at), steps_(steps), trace_(std::move(trace)), cuda_(cuda) {
+  ME_CHECK(at_ >= 0, "train.profile_at must be >= 0 (0: no profile), got ", at_);
+  ME_CHECK(steps_ > 0, "train.profile_steps must be a positive integer, got ", steps_);
+  if (!trace_.empty() && rank > 0) {
+    // trace.json -> trace.rank3.json: every rank writes its own.
+    const auto dot = trace_.rfind('.');
+    const std::string suffix = cat(".rank", rank);
+    trace_ = dot == std::string::npos || dot < trace_.find_last_of('/') + 1 ? trace_ + suffix
+                                                                               : trace_.substr(0, dot) + suffix + trace_.substr(dot);
+  }
+}
+
+StepProfiler::~StepProfiler() {
+  if (active_) prof::disableProfiler();
+}
+
+void StepProfiler::before_step(int64_t iteration) {
+  if (at_ == 0 || iteration != at_) return;
+  const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+  std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
+  if (cuda_) activities.insert(impl::ActivityType::CUDA);
+  if (cuda_) compat::cuda_synchronize();  // the profile starts from an idle GPU
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  active_ = true;
+  wall_ms_ = 0;
+}
+
+std::string StepProfiler::after_step(int64_t iteration, double step_ms) {
+  if (!active_) return "";
+  wall_ms_ += step_ms;
+  if (iteration != at_ + steps_ - 1) return "";
+  if (cuda_) compat::cuda_synchronize();  // every kernel of the profiled steps is in
+  return summarise();
+}
+
+std::string StepProfiler::summarise() {
+  auto result = prof::disableProfiler();
+  active_ = false;
+  std::string written;
+  if (!trace_.empty()) {
+    try {
+      result->save(trace_);
+      written = cat("; Chrome trace written to ", trace_);
+    } catch (const std::exception& e) {  // Debian's LibTorch has no Kineto: events, but no trace
+      const std::string why = e.what();
+      written = cat("; no Chrome trace (", why.substr(0, why.find('\n')), ")");
+    }
+  }
+  const double per = static_cast<double>(steps_), step_ms = wall_ms_ / per;
+  std::map<std::string, Totals> by_name, by_kind;
+  std::vector<Span> spans;
+  const auto device = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  struct CpuOp {
+    uint64_t thread;
+    Span span;
+    std::string name;
+  };
+  std::vector<CpuOp> cpu;  // CPU ops nest: self time is computed below
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != device) continue;
+    const int64_t start = compat::event_start_ns(e), dur = compat::event_duration_ns(e);
+    if (cuda_) {
+      auto& t = by_name[e.name()];
+      t.ns += dur;
+      t.calls += 1;
+      auto& k = by_kind[kernel_kind(e.name())];
+      k.ns += dur;
+      k.calls += 1;
+      spans.push_back({start, start + dur});
+    } else {
+      cpu.push_back({e.startThreadId(), {start, start + dur}, e.name()});
+    }
+  }
+  std::string out = cat("profile of iterations ", at_, "..", at_ + steps_ - 1, written, "\n");
+  char line[256];
+  if (cuda_) {
+    const double busy = static_cast<double>(covered(spans)) / 1e6 / per;
+    std::snprintf(line, sizeof line,
+                  "  step %.1f ms (host); GPU kernels cover %.1f ms (%.1f%%), idle %.1f ms; kernel time by kind:\n",
+                  step_ms, busy, 100.0 * busy / step_ms, std::max(0.0, step_ms - busy));
+    out += line;
+    out += table("kind", {by_kind.begin(), by_kind.end()}, per, step_ms, by_kind.size());
+    out += table("heaviest kernels", {by_name.begin(), by_name.end()}, per, step_ms, 25);
+  } else {
+    // Self time: an op's duration less that of the ops it called (nested inside it).
+    std::sort(cpu.begin(), cpu.end(), [](const CpuOp& a, const CpuOp& b) {
+      if (a.thread != b.thread) return a.thread < b.thread;
+      return a.span.start != b.span.start ? a.span.start < b.span.start : a.span.end > b.span.end;
+    });
+    std::vector<size_t> stack;  // the ops enclosing the current one, innermost last
+    std::vector<int64_t> self(cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      if (i > 0 && cpu[i].thread != cpu[i - 1].thread) stack.clear();
+      while (!stack.empty() && cpu[stack.back()].span.end <= cpu[i].span.start) stack.pop_back();
+      self[i] = cpu[i].span.end - cpu[i].span.start;
+      if (!stack.empty()) self[stack.back()] -= self[i];
+      stack.push_back(i);
+    }
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      auto& t = by_name[cpu[i].name];
+      t.ns += self[i];
+      t.calls += 1;
+    }
+    std::snprintf(line, sizeof line, "  step %.1f ms; CPU operators by self time:\n", step_ms);
+    out += line;
+    out += table("operator", {by_name.begin(), by_name.end()}, per, step_ms, 25);
+  }
+  return out;
+}
+
+}  // namespace me::train
