@@ -23,10 +23,10 @@ row() {  # model nproc overrides
   local m=$1 n=$2 o=$3 log=$out/$1.$2.${3//[^a-z0-9]/_}${ME_BENCH_LABEL:+x}.log
   if [ "$n" -eq 1 ]; then
     CUDA_VISIBLE_DEVICES=0 ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
-      "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
+      timeout 400 "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
   else
     ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
-      "$build/megaengine" --nproc "$n" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
+      timeout 400 "$build/megaengine" --nproc "$n" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
   fi || { echo "$m on $n GPUs ($o) failed:"; tail -4 "$log"; }
   grep -a "iteration .*/" "$log" | tail -1 | cut -c1-150
 }
