@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -30,6 +31,15 @@ std::string kernel_kind(const std::string& name) {
     return "matmul (cuBLAS)";
   if (has("memcpy") || has("memset")) return "memory copies and sets";
   return "other LibTorch kernels";
+}
+
+// Kernel names are long templates; drop what every one of them repeats so the part that tells
+// kernels apart (the functor, the types) fits the table.
+std::string short_name(std::string n) {
+  for (const char* noise : {"void ", "at::native::", "(anonymous namespace)::", "c10::", "at::"}) {
+    for (size_t at = n.find(noise); at != std::string::npos; at = n.find(noise, at)) n.erase(at, std::strlen(noise));
+  }
+  return n;
 }
 
 struct Span {
@@ -60,13 +70,13 @@ std::string table(const std::string& head, std::vector<std::pair<std::string, To
                   size_t limit) {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
   char line[512];
-  std::snprintf(line, sizeof line, "  %-86s %9s %9s %7s\n", head.c_str(), "ms/step", "calls", "share");
+  std::snprintf(line, sizeof line, "  %-120s %9s %9s %7s\n", head.c_str(), "ms/step", "calls", "share");
   std::string out = line;
   for (size_t i = 0; i < rows.size() && i < limit; ++i) {
-    std::string name = rows[i].first;
-    if (name.size() > 86) name = name.substr(0, 83) + "...";
+    std::string name = short_name(rows[i].first);
+    if (name.size() > 120) name = name.substr(0, 117) + "...";
     const double ms = static_cast<double>(rows[i].second.ns) / 1e6 / per;
-    std::snprintf(line, sizeof line, "  %-86s %9.2f %9.0f %6.1f%%\n", name.c_str(), ms,
+    std::snprintf(line, sizeof line, "  %-120s %9.2f %9.0f %6.1f%%\n", name.c_str(), ms,
                   static_cast<double>(rows[i].second.calls) / per, 100.0 * ms / base);
     out += line;
   }
