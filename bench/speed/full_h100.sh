@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H100 table of bench/RESULTS.md in one device call: build, GPU unit tests, then
 # bench/speed/run.sh (measured peak, megaengine and the PyTorch references for each model) plus
-# megaengine with its own CUDA kernels switched off (ME_KERNELS=none) in the same call.
+# megaengine with its own CUDA kernels switched off (ME_KERNELS=none, or each value of
+# ME_BENCH_KERNELS_OFF) in the same call.
 #   bash bench/speed/full_h100.sh OUT_DIR          (after `source .debs/device-env.sh`)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,7 +18,9 @@ bash "$repo/bench/speed/run.sh" "$build" "$out/speed" ${ME_BENCH_MODELS:-gpt1.3b
 grep -E "peak|iteration .*/|failed" "$out/speed.log" | cut -c1-160
 peak=$(python3 "$repo/bench/speed/table.py" --peak "$out/speed/rows.jsonl")
 for m in ${ME_BENCH_MODELS:-gpt1.3b llama1b}; do
-  ME_KERNELS=none ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$out/speed/rows.jsonl \
-    "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$out/$m.none.log" 2>&1 || tail -3 "$out/$m.none.log"
+  for k in ${ME_BENCH_KERNELS_OFF:-none}; do
+    ME_KERNELS=$k ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$out/speed/rows.jsonl \
+      "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$out/$m.$k.log" 2>&1 || tail -3 "$out/$m.$k.log"
+  done
 done
 python3 "$repo/bench/speed/table.py" "$out/speed/rows.jsonl" | tee "$out/table.md"

@@ -18,8 +18,8 @@ namespace me::kernels {
 
 namespace {
 
-const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw"};
-constexpr int kOps = 4;
+const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw", "linear_bias"};
+constexpr int kOps = 5;
 
 // ME_KERNELS, read once: which kernels may run.
 const std::vector<bool>& enabled_ops() {
@@ -36,7 +36,7 @@ const std::vector<bool>& enabled_ops() {
       for (int i = 0; i < kOps; ++i)
         if (name == kOpNames[i]) v[static_cast<size_t>(i)] = known = true;
       ME_CHECK(known, "ME_KERNELS: unknown kernel '", name,
-               "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw");
+               "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias");
     }
     return v;
   }();

@@ -2,7 +2,8 @@
 // multi-tensor optimizer table. Callers ask use(op, tensor) first and keep their LibTorch
 // composition for the other case: CPU tensors, builds without nvcc (the CPU machines), dtypes
 // the kernels do not take, or the kernel switched off with ME_KERNELS (for A/B timing):
-//   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw
+//   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw,
+//   linear_bias
 #pragma once
 #include <torch/torch.h>
 
@@ -11,8 +12,10 @@
 
 namespace me::kernels {
 
-// rotary: the QKV split, with RoPE where the model has it.
-enum class Op { swiglu, rotary, cross_entropy, adamw };
+// rotary: the QKV split, with RoPE where the model has it. linear_bias is not a kernel of ours:
+// linear layers with a bias as one addmm, the bias added in cuBLASLt's GEMM epilogue
+// (parallel::linear_bias); switched like the others for A/B timing.
+enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias };
 
 // The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
 bool compiled();

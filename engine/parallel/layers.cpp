@@ -17,6 +17,14 @@ int64_t divide(int64_t n, int64_t parts, const char* what) {
 }
 }  // namespace
 
+torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (!b.defined() || !x.is_contiguous() || !kernels::use(kernels::Op::linear_bias, x))
+    return torch::nn::functional::linear(x, w, b);
+  auto sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  return torch::addmm(b, x.reshape({-1, x.size(-1)}), w.t()).view(sizes);
+}
+
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias, TensorParallel tp,
                                                    bool gather_output)
     : in_(in), out_(out), tp_(tp), gather_output_(gather_output) {
@@ -29,7 +37,7 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) { return
 
 torch::Tensor ColumnParallelLinearImpl::forward_with(const torch::Tensor& x, const torch::Tensor& w) {
   auto input = tp_.sequence_parallel ? gather_seq(x, tp_) : copy_to_tp(x, tp_);
-  auto y = torch::nn::functional::linear(input, w, bias.defined() ? bias : torch::Tensor());
+  auto y = linear_bias(input, w, bias);
   return gather_output_ ? gather_last(y, tp_) : y;
 }
 
@@ -52,6 +60,8 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  // Nothing to reduce: the bias can join the GEMM.
+  if (!tp_.active() && kernels::use(kernels::Op::linear_bias, x)) return linear_bias(x, weight, bias);
   auto partial = torch::nn::functional::linear(x, weight);
   auto y = tp_.sequence_parallel ? reduce_scatter_seq(partial, tp_) : reduce_from_tp(partial, tp_);
   return bias.defined() ? y + bias : y;

@@ -18,6 +18,11 @@ struct ShardInfo {
   bool sequence_parallel_grad = false;
 };
 
+// x [..., in] W^T + b (b may be undefined). With kernels::Op::linear_bias on the GPU: one addmm
+// over x flattened to 2-D, the bias added in cuBLASLt's epilogue; LibTorch's linear on 3-D
+// input adds a broadcast bias in a separate, strided elementwise kernel (4 per GPT layer).
+torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+
 // y = x A^T + b with A split by rows (output features). Input: the full activation, or this
 // rank's sequence slice under sequence parallelism (gathered here). Output: this rank's
 // slice of the features, or all of them with gather_output.

@@ -175,14 +175,27 @@ TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping and the 
   }
 }
 
-TEST_CASE("a LLaMA-style model with the kernels on the GPU = the compositions on the CPU", "[kernels][gpu]") {
-  if (!have_gpu()) return;
-  // fp32 on both sides: the kernels' fp32 paths against the CPU's LibTorch compositions
-  // (RoPE, SwiGLU, cross entropy); the loss and every parameter's gradient.
-  me::model::Transformer cpu(tiny_llama()), gpu(tiny_llama());
+namespace {
+// fp32 on both sides: the GPU paths (engine kernels, the bias GEMM epilogue) against the CPU's
+// LibTorch compositions; the loss and every parameter's gradient.
+void check_model_gpu_matches_cpu(const me::model::TransformerConfig& config) {
+  me::model::Transformer cpu(config), gpu(config);
+  {
+    // Biases start at zero: random ones, so their addition is checked too.
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(5);
+    auto to = gpu->named_parameters();
+    for (const auto& item : cpu->named_parameters()) {
+      const auto& name = item.key();
+      if (name.size() < 4 || name.compare(name.size() - 4, 4, "bias") != 0) continue;
+      item.value().normal_(0.0, 0.1);
+      to[name].copy_(item.value());
+    }
+  }
   gpu->to(kGpu);
   torch::manual_seed(6);
-  auto tokens = torch::randint(0, 128, {3, 32}, torch::kLong), labels = torch::randint(0, 128, {3, 32}, torch::kLong);
+  const int64_t v = config.vocab, s = config.seq;
+  auto tokens = torch::randint(0, v, {3, s}, torch::kLong), labels = torch::randint(0, v, {3, s}, torch::kLong);
   auto lc = cpu->loss(tokens, labels);
   lc.backward();
   auto lg = gpu->loss(tokens.to(kGpu), labels.to(kGpu));
@@ -193,4 +206,23 @@ TEST_CASE("a LLaMA-style model with the kernels on the GPU = the compositions on
     INFO(item.key());
     CHECK(rel(pg[item.key()].grad(), item.value().grad()) < 1e-4);
   }
+}
+}  // namespace
+
+TEST_CASE("a LLaMA-style model with the kernels on the GPU = the compositions on the CPU", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  check_model_gpu_matches_cpu(tiny_llama());  // RoPE, SwiGLU, cross entropy
+}
+
+TEST_CASE("a GPT-style model with the kernels on the GPU = the compositions on the CPU", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  // Biases through the GEMM epilogue (linear_bias), the QKV split without RoPE, tied embeddings.
+  auto c = me::model::TransformerConfig::gpt();
+  c.vocab = 128;
+  c.vocab_divisible_by = 1;
+  c.seq = 32;
+  c.layers = 2;
+  c.hidden = 64;
+  c.heads = 4;
+  check_model_gpu_matches_cpu(c);
 }
