@@ -43,8 +43,8 @@ for m in $models; do
   [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_TP:-0}" != 1 ] && row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true"
   if [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_PP:-0}" != 1 ]; then
     micro=${ME_BENCH_MICRO:-4}
-    row "$m" 2 "parallel.pp=2 batch.micro=$micro batch.global=$((16 * micro))"
-    [ "$ngpu" -ge 4 ] && row "$m" 4 "parallel.pp=2 batch.micro=$micro batch.global=$((16 * micro))"
+    row "$m" 2 "parallel.pp=2 batch.global=$((16 * micro))"
+    [ "$ngpu" -ge 4 ] && row "$m" 4 "parallel.pp=2 batch.global=$((16 * micro))"
   fi
 done
 python3 "$repo/bench/speed/table.py" "$rows" | tee "$out/table.md"

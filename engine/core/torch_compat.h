@@ -167,20 +167,15 @@ inline void cuda_reset_peak_memory() {
 
 // A Kineto profiler event's start and duration: microseconds in 1.13, nanoseconds since 2.x
 // (the microsecond accessors are gone there). A template, so no profiler header is needed here.
+struct EventSpanNs {
+  int64_t start, duration;
+};
 template <typename KinetoEvent>
-int64_t event_start_ns(const KinetoEvent& e) {
+EventSpanNs event_span_ns(const KinetoEvent& e) {
 #if ME_TORCH_AT_LEAST(2, 4)
-  return static_cast<int64_t>(e.startNs());
+  return {static_cast<int64_t>(e.startNs()), static_cast<int64_t>(e.durationNs())};
 #else
-  return static_cast<int64_t>(e.startUs()) * 1000;
-#endif
-}
-template <typename KinetoEvent>
-int64_t event_duration_ns(const KinetoEvent& e) {
-#if ME_TORCH_AT_LEAST(2, 4)
-  return static_cast<int64_t>(e.durationNs());
-#else
-  return static_cast<int64_t>(e.durationUs()) * 1000;
+  return {static_cast<int64_t>(e.startUs()) * 1000, static_cast<int64_t>(e.durationUs()) * 1000};
 #endif
 }
 

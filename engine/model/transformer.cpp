@@ -286,7 +286,7 @@ torch::Tensor TransformerImpl::stage_loss(const torch::Tensor& input, const torc
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   ME_CHECK(stage_.whole(), "this model is pipeline stage ", stage_.index + 1, " of ", stage_.count,
-           " (layers ", first_layer_, "..", first_layer_ + cfg_.layers / stage_.count - 1,
+           " (layers ", first_layer_, "..", last_layer(),
            "): forward, loss and sampling need the whole model (parallel.pp = 1)");
   return forward_stage(tokens);
 }
@@ -360,7 +360,7 @@ std::string describe_model(const TransformerImpl& model) {
   os << model.config().describe() << ", tp " << tp.size() << (tp.sequence_parallel ? " with sequence parallelism" : "");
   if (const auto& st = model.stage(); !st.whole())
     os << ", pipeline stage " << st.index + 1 << " of " << st.count << " (layers " << model.first_layer() << ".."
-       << model.first_layer() + model.config().layers / st.count - 1 << ")";
+       << model.last_layer() << ")";
   os << "\n";
   describe_into(os, "", model, 0);
   os << "parameters: " << with_commas(model.config().parameter_count(tp.size())) << " in the model, "

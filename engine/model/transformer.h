@@ -96,6 +96,7 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor stage_loss(const torch::Tensor& input, const torch::Tensor& labels);
   const PipelineStage& stage() const { return stage_; }
   int64_t first_layer() const { return first_layer_; }
+  int64_t last_layer() const { return first_layer_ + static_cast<int64_t>(blocks_->size()) - 1; }
   // With tied embeddings over several stages: the first and last stages each hold the word
   // embedding, whose gradients must be summed over the embedding group before the update.
   bool holds_shared_embedding() const;

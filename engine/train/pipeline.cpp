@@ -98,24 +98,30 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
   return share_loss(loss_sum);
 }
 
-torch::Tensor PipelineSchedule::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {
+torch::Tensor PipelineSchedule::forward_only(const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
   const bool first = stage_ == 0, last = stage_ == stages_ - 1;
   auto input = first ? tokens : transfer({}, -1, stage_ - 1, tokens, tokens.size(0));
-  if (last) return share_loss(model_.stage_loss(input, labels).detach().to(torch::kFloat).reshape({1}));
-  transfer(model_.forward_stage(input), stage_ + 1, -1, tokens, tokens.size(0));
-  return share_loss(torch::zeros({1}, options_.dtype(torch::kFloat)));
+  auto out = model_.forward_stage(input);
+  if (last) return out;
+  transfer(out, stage_ + 1, -1, tokens, tokens.size(0));
+  return {};
+}
+
+torch::Tensor PipelineSchedule::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  const auto logits = forward_only(tokens);
+  return share_loss(logits.defined() ? parallel::vocab_parallel_cross_entropy(logits, labels, model_.tensor_parallel())
+                                           .to(torch::kFloat)
+                                           .reshape({1})
+                                     : torch::zeros({1}, options_.dtype(torch::kFloat)));
 }
 
 torch::Tensor PipelineSchedule::last_logits(const torch::Tensor& tokens) {
-  torch::NoGradGuard no_grad;
-  const bool first = stage_ == 0, last = stage_ == stages_ - 1;
   const auto& tp = model_.tensor_parallel();
-  auto input = first ? tokens : transfer({}, -1, stage_ - 1, tokens, tokens.size(0));
-  auto out = model_.forward_stage(input);
-  if (!last) transfer(out, stage_ + 1, -1, tokens, tokens.size(0));
-  auto logits = last ? parallel::gather_last(out, tp).select(1, -1).squeeze(0).to(torch::kFloat).contiguous()
-                     : torch::empty({model_.config().padded_vocab(tp.size())}, options_.dtype(torch::kFloat));
+  const auto out = forward_only(tokens);
+  auto logits = out.defined() ? parallel::gather_last(out, tp).select(1, -1).squeeze(0).to(torch::kFloat).contiguous()
+                              : torch::empty({model_.config().padded_vocab(tp.size())}, options_.dtype(torch::kFloat));
   if (pp_) pp_->broadcast(logits, stages_ - 1);
   return logits;
 }

@@ -46,12 +46,14 @@ class PipelineSchedule {
   torch::Tensor last_logits(const torch::Tensor& tokens);
 
   int stages() const { return stages_; }
-  int stage() const { return stage_; }
 
  private:
   // Sends `out` to stage `to` and receives `rows` micro-batch rows' activations (or their
   // gradients) from stage `from`, together; -1 (or an undefined `out`) skips that half.
   torch::Tensor transfer(const torch::Tensor& out, int to, int from, const torch::Tensor& tokens, int64_t rows);
+  // Forward only, through every stage: the last stage's output (the logits' vocabulary slice),
+  // undefined on the others (they pass their output on).
+  torch::Tensor forward_only(const torch::Tensor& tokens);
   // The last stage's loss sum, shared with every stage (zeros elsewhere contribute nothing).
   torch::Tensor share_loss(torch::Tensor sum);
 

@@ -103,7 +103,7 @@ StepProfiler::~StepProfiler() {
 }
 
 void StepProfiler::before_step(int64_t iteration) {
-  if (at_ == 0 || iteration != at_) return;
+  if (iteration != at_) return;  // at_ = 0: never
   const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
   std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
   if (cuda_) activities.insert(impl::ActivityType::CUDA);
@@ -147,7 +147,7 @@ std::string StepProfiler::summarise() {
   std::vector<CpuOp> cpu;  // CPU ops nest: self time is computed below
   for (const auto& e : result->events()) {
     if (e.deviceType() != device) continue;
-    const int64_t start = compat::event_start_ns(e), dur = compat::event_duration_ns(e);
+    const auto [start, dur] = compat::event_span_ns(e);
     if (cuda_) {
       auto& t = by_name[e.name()];
       t.ns += dur;

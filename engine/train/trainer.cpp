@@ -351,7 +351,7 @@ Summary Trainer::run() {
 
 std::string Trainer::sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature) {
   auto ids = data_->encode(prompt.empty() ? std::string("\n") : prompt);
-  if (pipeline_->stages() == 1) return data_->decode(model::generate(model_, ids, tokens, top_k, temperature, spec_.seed));
+  // Through the pipeline (with one stage: the whole model), so every layout samples the same way.
   const bool was_training = model_->is_training();
   model_->eval();
   auto last_logits = [&](const torch::Tensor& input) { return pipeline_->last_logits(input); };

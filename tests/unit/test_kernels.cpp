@@ -29,14 +29,19 @@ double rel(const torch::Tensor& a, const torch::Tensor& b) {
 // Tolerance of a result stored in `dtype`: bf16 keeps ~3 significant digits.
 double tol(torch::ScalarType dtype) { return dtype == torch::kBFloat16 ? 1e-2 : 1e-5; }
 
-me::model::TransformerConfig tiny_llama() {
-  auto c = me::model::TransformerConfig::llama();
+// A small model of the family `c` (vocab 128, seq 32, 2 layers, hidden 64) with `heads` heads.
+me::model::TransformerConfig tiny(me::model::TransformerConfig c, int64_t heads) {
   c.vocab = 128;
   c.vocab_divisible_by = 1;
   c.seq = 32;
   c.layers = 2;
   c.hidden = 64;
-  c.heads = 8;
+  c.heads = heads;
+  return c;
+}
+
+me::model::TransformerConfig tiny_llama() {
+  auto c = tiny(me::model::TransformerConfig::llama(), 8);
   c.query_groups = 2;
   c.ffn_multiple_of = 16;
   return c;
@@ -217,12 +222,5 @@ TEST_CASE("a LLaMA-style model with the kernels on the GPU = the compositions on
 TEST_CASE("a GPT-style model with the kernels on the GPU = the compositions on the CPU", "[kernels][gpu]") {
   if (!have_gpu()) return;
   // Biases through the GEMM epilogue (linear_bias), the QKV split without RoPE, tied embeddings.
-  auto c = me::model::TransformerConfig::gpt();
-  c.vocab = 128;
-  c.vocab_divisible_by = 1;
-  c.seq = 32;
-  c.layers = 2;
-  c.hidden = 64;
-  c.heads = 4;
-  check_model_gpu_matches_cpu(c);
+  check_model_gpu_matches_cpu(tiny(me::model::TransformerConfig::gpt(), 4));
 }
