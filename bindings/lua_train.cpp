@@ -168,6 +168,8 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.sequence_parallel = field_boolean(L, t, "sequence_parallel", "parallel", p.sequence_parallel);
     p.distributed_optimizer = field_boolean(L, t, "distributed_optimizer", "parallel", p.distributed_optimizer);
     p.bucket_mb = field_number(L, t, "bucket_mb", "parallel", p.bucket_mb);
+    p.grad_accumulation_fusion =
+        field_boolean(L, t, "grad_accumulation_fusion", "parallel", p.grad_accumulation_fusion);
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "comm", "recipe")) {

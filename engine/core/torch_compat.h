@@ -128,6 +128,28 @@ inline bool fused_adamw(std::vector<torch::Tensor>& params, const std::vector<to
 #endif
 }
 
+// out (+)= a @ b with out in fp32 and a, b possibly bf16: the weight-gradient GEMM of
+// gradient-accumulation fusion. Since 2.8 cuBLAS writes (or adds into) the fp32 output itself
+// (mm/addmm's out_dtype overloads, GPU only); elsewhere the product is formed in the inputs'
+// dtype and then copied or added.
+inline void matmul_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b, bool accumulate) {
+  if (a.scalar_type() == out.scalar_type()) {
+    if (accumulate) out.addmm_(a, b);
+    else at::mm_out(out, a, b);
+    return;
+  }
+#if ME_TORCH_AT_LEAST(2, 8)
+  if (out.is_cuda()) {
+    if (accumulate) at::addmm_out(out, out, a, b, out.scalar_type());
+    else at::mm_out(out, a, b, out.scalar_type());
+    return;
+  }
+#endif
+  auto product = at::mm(a, b);
+  if (accumulate) out.add_(product);
+  else out.copy_(product);
+}
+
 // RMSNorm over the last dimension, statistics in fp32: x / sqrt(mean(x^2) + eps) * weight.
 inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
 #if ME_HAS_RMS_NORM

@@ -18,8 +18,8 @@ namespace me::kernels {
 
 namespace {
 
-const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw", "linear_bias"};
-constexpr int kOps = 5;
+const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw", "linear_bias", "add_norm"};
+constexpr int kOps = 6;
 
 // ME_KERNELS, read once: which kernels may run.
 const std::vector<bool>& enabled_ops() {
@@ -36,7 +36,7 @@ const std::vector<bool>& enabled_ops() {
       for (int i = 0; i < kOps; ++i)
         if (name == kOpNames[i]) v[static_cast<size_t>(i)] = known = true;
       ME_CHECK(known, "ME_KERNELS: unknown kernel '", name,
-               "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias");
+               "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm");
     }
     return v;
   }();
@@ -126,7 +126,7 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
            /*inverse=*/false, current_stream());
     rotary(t, x5.select(3, rep).data_ptr(), fused_layout(x5, 1), k.data_ptr(), heads_layout(k, groups, 1), d, cs, sn,
            false, current_stream());
-    auto v = x5.select(3, rep + 1).contiguous();
+    auto v = x5.select(3, rep + 1);  // a strided view: SDPA reads it as it is (see QKVViewsFn)
     ctx->save_for_backward({cos_half, sin_half});
     ctx->saved_data["shape"] = x5.sizes().vec();
     return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
@@ -154,7 +154,78 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
   }
 };
 
+// Inputs {x, delta, weight} or {x, delta, weight, bias}; outputs {sum, y}. Saves the sum and
+// the row statistics; backward gives x and delta the same gradient.
+struct AddNormFn : public torch::autograd::Function<AddNormFn> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList in, double eps, bool rms) {
+    const auto x = in[0].contiguous(), delta = in[1].contiguous();
+    const auto& w = in[2];
+    const auto b = in.size() > 3 ? in[3] : torch::Tensor();
+    const int64_t hidden = x.size(-1), rows = x.numel() / hidden;
+    auto sum = torch::empty_like(x), y = torch::empty_like(x);
+    auto stats = x.options().dtype(torch::kFloat);
+    auto mean = torch::empty({rms ? 0 : rows}, stats), rstd = torch::empty({rows}, stats);
+    add_norm_forward(dtype_of(x), rms, x.data_ptr(), delta.data_ptr(), w.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
+                     sum.data_ptr(), y.data_ptr(), rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(), rows,
+                     hidden, static_cast<float>(eps), current_stream());
+    ctx->save_for_backward({sum, mean, rstd, w});
+    ctx->saved_data["rms"] = rms;
+    ctx->saved_data["bias"] = b.defined();
+    return {sum, y};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &sum = saved[0], &mean = saved[1], &rstd = saved[2], &w = saved[3];
+    const bool rms = ctx->saved_data["rms"].toBool(), has_bias = ctx->saved_data["bias"].toBool();
+    const auto d_sum = grads[0].contiguous(), d_y = grads[1].contiguous();
+    const int64_t hidden = sum.size(-1), rows = sum.numel() / hidden;
+    auto grad_in = torch::empty_like(sum);
+    auto stats = sum.options().dtype(torch::kFloat);
+    auto gw = torch::empty({hidden}, stats), gb = has_bias ? torch::empty({hidden}, stats) : torch::Tensor();
+    auto scratch = torch::empty({add_norm_scratch_floats(rows, hidden)}, stats);
+    add_norm_backward(dtype_of(sum), rms, d_y.data_ptr(), d_sum.data_ptr(), sum.data_ptr(),
+                      rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr(), grad_in.data_ptr(),
+                      gw.data_ptr<float>(), has_bias ? gb.data_ptr<float>() : nullptr, scratch.data_ptr<float>(), rows,
+                      hidden, current_stream());
+    variable_list out{grad_in, grad_in, gw.to(w.scalar_type())};
+    if (has_bias) out.push_back(gb.to(w.scalar_type()));
+    out.push_back(torch::Tensor());  // eps
+    out.push_back(torch::Tensor());  // rms
+    return out;
+  }
+};
+
+// Without RoPE and with one query head per key/value head (GPT): q, k and v are strided views
+// of the QKV projection, no copies; SDPA reads them as they are (measured faster than
+// contiguous copies on the H100, the copies' own time aside). Backward writes the QKV gradient
+// once, where the views' own backward would zero-fill and sum three full-size tensors.
+struct QKVViewsFn : public torch::autograd::Function<QKVViewsFn> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& qkv, int64_t heads, int64_t d) {
+    auto x5 = qkv.view({qkv.size(0), qkv.size(1), heads, 3, d});
+    ctx->saved_data["shape"] = x5.sizes().vec();
+    return {x5.select(3, 0).transpose(1, 2), x5.select(3, 1).transpose(1, 2), x5.select(3, 2).transpose(1, 2)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto shape = ctx->saved_data["shape"].toIntVector();  // [b, s, heads, 3, d]
+    auto dx5 = torch::empty(shape, grads[0].options());
+    for (int64_t i = 0; i < 3; ++i) dx5.select(3, i).copy_(grads[static_cast<size_t>(i)].transpose(1, 2));
+    return {dx5.view({shape[0], shape[1], -1}), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+bool add_norm_fits(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight) {
+  return x.dim() >= 1 && x.sizes() == delta.sizes() && x.scalar_type() == delta.scalar_type() &&
+         weight.scalar_type() == x.scalar_type() && weight.numel() == x.size(-1) && add_norm_supported(x.size(-1));
+}
+
+AddNorm add_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight,
+                 const torch::Tensor& bias, double eps, bool rms) {
+  const auto in = bias.defined() ? variable_list{x, delta, weight, bias} : variable_list{x, delta, weight};
+  auto out = AddNormFn::apply(at::TensorList(in), eps, rms);  // a TensorList: see parallel::linear
+  return {out[0], out[1]};
+}
 
 torch::Tensor swiglu(const torch::Tensor& gate_up) { return SwiGLUFn::apply(gate_up); }
 
@@ -162,6 +233,10 @@ QKV split_qkv(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t hea
                      const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
   // A custom autograd function cannot take undefined tensors (LibTorch records each input's
   // device): "no rotation" travels as empty tables.
+  if (!cos_half.defined() && rep == 1 && qkv.dim() == 3) {
+    auto out = QKVViewsFn::apply(qkv, groups, head_dim);
+    return {out[0], out[1], out[2]};
+  }
   if (!cos_half.defined()) {
     const auto none = torch::empty({0}, qkv.options().dtype(torch::kFloat));
     return split_qkv(qkv, groups, rep, head_dim, none, none);
@@ -251,6 +326,10 @@ namespace {
 }  // namespace
 
 torch::Tensor swiglu(const torch::Tensor&) { not_compiled("swiglu"); }
+bool add_norm_fits(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
+AddNorm add_norm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double, bool) {
+  not_compiled("add_norm");
+}
 QKV split_qkv(const torch::Tensor&, int64_t, int64_t, int64_t, const torch::Tensor&, const torch::Tensor&) {
   not_compiled("split_qkv");
 }

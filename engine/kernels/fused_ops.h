@@ -3,7 +3,7 @@
 // composition for the other case: CPU tensors, builds without nvcc (the CPU machines), dtypes
 // the kernels do not take, or the kernel switched off with ME_KERNELS (for A/B timing):
 //   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw,
-//   linear_bias
+//   linear_bias, add_norm
 #pragma once
 #include <torch/torch.h>
 
@@ -15,7 +15,7 @@ namespace me::kernels {
 // rotary: the QKV split, with RoPE where the model has it. linear_bias is not a kernel of ours:
 // linear layers with a bias as one addmm, the bias added in cuBLASLt's GEMM epilogue
 // (parallel::linear_bias); switched like the others for A/B timing.
-enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias };
+enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm };
 
 // The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
 bool compiled();
@@ -39,6 +39,16 @@ struct QKV {
 };
 QKV split_qkv(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t head_dim,
               const torch::Tensor& cos_half = {}, const torch::Tensor& sin_half = {});
+
+// Residual add + LayerNorm (rms false: weight and bias) or RMSNorm (weight only) in one pass
+// each way: sum = x + delta, y = norm(sum). add_norm_fits: the kernel takes these tensors
+// (x and delta of one shape and dtype, the weight in that dtype, a hidden size it supports).
+struct AddNorm {
+  torch::Tensor sum, y;
+};
+bool add_norm_fits(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight);
+AddNorm add_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight,
+                 const torch::Tensor& bias, double eps, bool rms);
 
 // Cross entropy pieces over a vocabulary shard of logits [rows, vocab] (see kernels.h).
 struct RowStats {

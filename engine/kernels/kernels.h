@@ -51,6 +51,30 @@ void cross_entropy_backward(DType t, const void* logits, void* grad, int64_t row
                             const int64_t* labels, int64_t vocab_start, const float* lse, const float* grad_row,
                             void* stream);
 
+// --- Residual add + LayerNorm / RMSNorm over rows [rows, hidden], row-major -------------------
+// sum = x + delta (rounded to the storage type, as a separate bf16 add would), then
+// y = (sum - mean) * rstd * weight + bias      (LayerNorm; rms = false)
+// y = sum * rstd * weight                       (RMSNorm; rms = true, mean not used)
+// with statistics in fp32 over the rounded sum. delta null: no add (sum_out not written; the
+// statistics are of x). bias may be null. weight/bias have the storage type of x.
+// mean (LayerNorm only) and rstd: fp32 [rows], saved for backward.
+// Both directions: an output may be one of the streamed inputs (in place, element for element).
+bool add_norm_supported(int64_t hidden);  // 1 <= hidden <= 16384 (16-byte vectors where hidden and pointers allow)
+void add_norm_forward(DType t, bool rms, const void* x, const void* delta, const void* weight, const void* bias,
+                      void* sum_out, void* y, float* mean, float* rstd, int64_t rows, int64_t hidden, float eps,
+                      void* stream);
+// Backward. grad_y: gradient of y; grad_sum: gradient reaching `sum` from elsewhere (the
+// residual path), may be null. input: the tensor that was normalised (sum, or x without delta).
+// grad_in = grad_sum + d norm / d input (one rounding): the gradient of both x and delta.
+// grad_weight, grad_bias: fp32 [hidden], overwritten (grad_bias may be null: RMSNorm / no bias).
+// scratch: add_norm_scratch_floats(rows, hidden) floats of device memory (per-block partial sums;
+// the count depends on the current device's SM count). rows == 0 launches nothing, in either
+// direction (grad_weight / grad_bias are then not written).
+int64_t add_norm_scratch_floats(int64_t rows, int64_t hidden);
+void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_sum, const void* input,
+                       const float* mean, const float* rstd, const void* weight, void* grad_in, float* grad_weight,
+                       float* grad_bias, float* scratch, int64_t rows, int64_t hidden, void* stream);
+
 // --- Multi-tensor optimizer kernels ----------------------------------------------------------
 // One launch over every parameter: a table of tensors (device memory, built once: the
 // pointers never move) cut into fixed-size chunks, one thread block per chunk.

@@ -18,24 +18,35 @@ namespace {
 // Activation recomputation: run the wrapped function without keeping its activations, and
 // again (with grad) during backward. The function belongs to a module that outlives the
 // graph; it travels through saved_data as an address because IValue cannot hold it.
-using Fn1 = std::function<torch::Tensor(const torch::Tensor&)>;
+using BlockFn = std::function<Residual(const Residual&)>;
 using Fn3 = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
 
-struct Recompute1 : public torch::autograd::Function<Recompute1> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t fn) {
+// A whole block: the residual stream in ({x} or {x, delta}: an autograd function's inputs
+// must be defined tensors) and out ({x, delta}).
+struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList in, int64_t fn) {
     ctx->saved_data["fn"] = fn;
-    ctx->save_for_backward({x});
-    return (*reinterpret_cast<Fn1*>(fn))(x);
+    ctx->save_for_backward(in.vec());
+    auto out = (*reinterpret_cast<BlockFn*>(fn))(Residual{in[0], in.size() > 1 ? in[1] : torch::Tensor()});
+    return {out.x, out.delta};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    torch::Tensor y;
+    variable_list in;
+    for (auto& s : ctx->get_saved_variables()) in.push_back(s.detach().requires_grad_(true));
+    Residual out;
     {
       torch::AutoGradMode enable(true);
-      y = (*reinterpret_cast<Fn1*>(ctx->saved_data["fn"].toInt()))(x);
+      out = (*reinterpret_cast<BlockFn*>(ctx->saved_data["fn"].toInt()))(
+          Residual{in[0], in.size() > 1 ? in[1] : torch::Tensor()});
     }
-    torch::autograd::backward({y}, {grads[0]});
-    return {x.grad(), torch::Tensor()};
+    std::vector<torch::Tensor> outputs, output_grads;
+    for (int i = 0; i < 2; ++i)
+      if (grads[i].defined()) outputs.push_back(i == 0 ? out.x : out.delta), output_grads.push_back(grads[i]);
+    torch::autograd::backward(outputs, output_grads);
+    variable_list result;
+    for (auto& t : in) result.push_back(t.grad());
+    result.push_back(torch::Tensor());  // fn
+    return result;
   }
 };
 
@@ -142,34 +153,26 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
 
 BlockImpl::BlockImpl(const TransformerConfig& c, TensorParallel tp, std::shared_ptr<parallel::Rotary> rope, bool recompute)
     : recompute_(recompute) {
-  if (c.norm == "rmsnorm") {
-    rms1_ = register_module("norm1", parallel::RMSNorm(c.hidden, c.norm_eps));
-  } else {
-    ln1_ = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)));
-  }
+  norm1_ = register_module("norm1", parallel::Norm(c.norm, c.hidden, c.norm_eps));
   attn_ = register_module("attn", Attention(c, tp, rope));
-  if (c.norm == "rmsnorm") {
-    rms2_ = register_module("norm2", parallel::RMSNorm(c.hidden, c.norm_eps));
-  } else {
-    ln2_ = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden}).eps(c.norm_eps)));
-  }
+  norm2_ = register_module("norm2", parallel::Norm(c.norm, c.hidden, c.norm_eps));
   mlp_ = register_module("mlp", MLP(c, tp));
-  body_fn_ = [this](const torch::Tensor& x) { return body(x); };
+  body_fn_ = [this](const Residual& in) { return body(in); };
 }
 
-torch::Tensor BlockImpl::norm(int which, const torch::Tensor& x) {
-  if (which == 1) return rms1_ ? rms1_->forward(x) : ln1_->forward(x);
-  return rms2_ ? rms2_->forward(x) : ln2_->forward(x);
+Residual BlockImpl::body(const Residual& in) {
+  auto s = in.delta.defined() ? norm1_->add_forward(in.x, in.delta) : parallel::NormImpl::Sum{in.x, norm1_->forward(in.x)};
+  auto h = norm2_->add_forward(s.sum, attn_->forward(s.y));
+  return {h.sum, mlp_->forward(h.y)};
 }
 
-torch::Tensor BlockImpl::body(const torch::Tensor& x) {
-  auto h = x + attn_->forward(norm(1, x));
-  return h + mlp_->forward(norm(2, h));
-}
-
-torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  if (recompute_ && x.requires_grad()) return Recompute1::apply(x, reinterpret_cast<int64_t>(&body_fn_));
-  return body(x);
+Residual BlockImpl::forward(const Residual& in) {
+  if (recompute_ && in.x.requires_grad()) {
+    const variable_list stream = in.delta.defined() ? variable_list{in.x, in.delta} : variable_list{in.x};
+    auto out = RecomputeBlock::apply(at::TensorList(stream), reinterpret_cast<int64_t>(&body_fn_));
+    return {out[0], out[1]};
+  }
+  return body(in);
 }
 
 TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp, PipelineStage stage)
@@ -195,12 +198,7 @@ TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp
     blocks_->push_back(Block(cfg_, tp, rope, recompute));
   }
   if (stage_.last()) {
-    if (cfg_.norm == "rmsnorm") {
-      final_rms_ = register_module("final_norm", parallel::RMSNorm(cfg_.hidden, cfg_.norm_eps));
-    } else {
-      final_ln_ = register_module("final_norm",
-                                  torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg_.hidden}).eps(cfg_.norm_eps)));
-    }
+    final_norm_ = register_module("final_norm", parallel::Norm(cfg_.norm, cfg_.hidden, cfg_.norm_eps));
     if (!cfg_.tie_embeddings)
       output_ = register_module("output", parallel::ColumnParallelLinear(cfg_.hidden, vocab, false, tp));
   }
@@ -270,10 +268,10 @@ torch::Tensor TransformerImpl::embed(const torch::Tensor& tokens) {
 }
 
 torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
-  auto x = stage_.first() ? embed(input) : input;
-  for (const auto& block : *blocks_) x = block->as<Block>()->forward(x);
-  if (!stage_.last()) return x;
-  x = final_rms_ ? final_rms_->forward(x) : final_ln_->forward(x);
+  Residual r{stage_.first() ? embed(input) : input, {}};
+  for (const auto& block : *blocks_) r = block->as<Block>()->forward(r);
+  if (!stage_.last()) return r.sum();  // the next stage receives the stream itself
+  auto x = r.delta.defined() ? final_norm_->add_forward(r.x, r.delta).y : final_norm_->forward(r.x);
   // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
   return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);
 }

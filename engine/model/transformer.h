@@ -49,20 +49,28 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
+// The residual stream between blocks with its last addition still to do: the stream is
+// x + delta. The next norm forms the sum as it normalises it (Norm::add_forward: one fused
+// pass instead of an add and a norm); delta undefined: the stream is x.
+struct Residual {
+  torch::Tensor x, delta;
+  torch::Tensor sum() const { return delta.defined() ? x + delta : x; }
+};
+
+// Pre-norm block: h = s + attn(norm1(s)), out = h + mlp(norm2(h)) for the stream s; returns
+// out as {h, mlp(norm2(h))}, its last addition left to the next norm.
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const TransformerConfig& c, TensorParallel tp, std::shared_ptr<parallel::Rotary> rope, bool recompute);
-  torch::Tensor forward(const torch::Tensor& x);
+  Residual forward(const Residual& in);
 
  private:
-  torch::Tensor body(const torch::Tensor& x);
-  torch::Tensor norm(int which, const torch::Tensor& x);
+  Residual body(const Residual& in);
   bool recompute_;
-  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
-  parallel::RMSNorm rms1_{nullptr}, rms2_{nullptr};
+  parallel::Norm norm1_{nullptr}, norm2_{nullptr};
   Attention attn_{nullptr};
   MLP mlp_{nullptr};
-  std::function<torch::Tensor(const torch::Tensor&)> body_fn_;  // for full recomputation
+  std::function<Residual(const Residual&)> body_fn_;  // for full recomputation
 };
 TORCH_MODULE(Block);
 
@@ -127,8 +135,7 @@ class TransformerImpl : public torch::nn::Module {
   parallel::VocabParallelEmbedding embedding_{nullptr};
   torch::nn::Embedding position_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};
-  torch::nn::LayerNorm final_ln_{nullptr};
-  parallel::RMSNorm final_rms_{nullptr};
+  parallel::Norm final_norm_{nullptr};
   parallel::ColumnParallelLinear output_{nullptr};  // untied head only
   std::map<std::string, parallel::ShardInfo> shards_;
 };

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "engine/parallel/main_grad.h"
 #include "engine/parallel/tensor_parallel.h"
 
 namespace me::parallel {
@@ -23,6 +24,12 @@ struct ShardInfo {
 // input adds a broadcast bias in a separate, strided elementwise kernel (4 per GPT layer).
 torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 
+// linear_bias whose backward writes the weight and bias gradients into `sink`'s fp32 main grads
+// (gradient-accumulation fusion) instead of returning them to autograd. Plain linear_bias when
+// sink is null or no gradient is being recorded. w must feed no other operation: its gradient
+// is marked complete as soon as this one is written.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink);
+
 // y = x A^T + b with A split by rows (output features). Input: the full activation, or this
 // rank's sequence slice under sequence parallelism (gathered here). Output: this rank's
 // slice of the features, or all of them with gather_output.
@@ -35,6 +42,7 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
 
   torch::Tensor weight, bias;
+  MainGradSink* main_grads = nullptr;  // set by attach_main_grads
 
  private:
   int64_t in_, out_;
@@ -53,12 +61,17 @@ class RowParallelLinearImpl : public torch::nn::Module {
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
 
   torch::Tensor weight, bias;
+  MainGradSink* main_grads = nullptr;  // set by attach_main_grads
 
  private:
   int64_t in_, out_;
   TensorParallel tp_;
 };
 TORCH_MODULE(RowParallelLinear);
+
+// Gradient-accumulation fusion for every column- and row-parallel linear layer of `model`
+// (null: off again). The sink must outlive the model's backward passes.
+void attach_main_grads(torch::nn::Module& model, MainGradSink* sink);
 
 // Logits over this rank's slice of the vocabulary from a weight [vocab / tp, hidden] owned
 // elsewhere (the tied word embedding): the output layer of a column-parallel LM head.
@@ -81,17 +94,28 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VocabParallelEmbedding);
 
-// RMSNorm (LLaMA): x / sqrt(mean(x^2) + eps) * weight, computed in fp32.
-class RMSNormImpl : public torch::nn::Module {
+// Normalisation over the last dimension, statistics in fp32: LayerNorm (GPT: weight and bias)
+// or RMSNorm (LLaMA: x / sqrt(mean(x^2) + eps) * weight). add_forward also forms the residual
+// sum it normalises, x + delta: on the GPU one fused kernel each way (kernels::Op::add_norm)
+// instead of an add and a norm, each a pass over the residual stream.
+class NormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t hidden, double eps);
+  NormImpl(const std::string& kind, int64_t hidden, double eps);  // kind: layernorm | rmsnorm
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
+  struct Sum {
+    torch::Tensor sum, y;  // x + delta, and its normalisation
+  };
+  Sum add_forward(const torch::Tensor& x, const torch::Tensor& delta);
+  void pretty_print(std::ostream& os) const override;
+
+  torch::Tensor weight, bias;  // bias: LayerNorm only
 
  private:
+  bool rms_;
+  int64_t hidden_;
   double eps_;
 };
-TORCH_MODULE(RMSNorm);
+TORCH_MODULE(Norm);
 
 // Cross entropy over logits split along the vocabulary ([batch, seq, vocab / tp] on each rank)
 // without gathering them: max, target logit and sum of exponentials are all-reduced. Labels

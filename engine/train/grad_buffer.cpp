@@ -37,6 +37,7 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
 
   std::weak_ptr<bool> alive = alive_;
   for (size_t i = 0; i < params_.size(); ++i) {
+    index_[params_[i].unsafeGetTensorImpl()] = i;
     params_[i].register_hook([this, i, alive](torch::Tensor g) {
       if (alive.lock()) on_grad(i, g);
       return torch::Tensor();
@@ -55,12 +56,28 @@ void GradBuffer::begin_micro_batch(bool last) {
   for (auto& b : buckets_) b.pending = b.size;
 }
 
+torch::Tensor GradBuffer::main_grad(const torch::Tensor& param, bool* accumulate) {
+  const auto it = index_.find(param.unsafeGetTensorImpl());
+  if (it == index_.end()) return {};
+  *accumulate = written_[it->second] != 0;
+  return view(it->second);
+}
+
+void GradBuffer::mark_written(const torch::Tensor& param) { arrived(index_.at(param.unsafeGetTensorImpl())); }
+
 void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
+  if (!g.defined()) return;  // written into the buffer by its layer (gradient-accumulation fusion)
   // One kernel either way: the bf16 gradient is widened inside the copy or the add.
   if (!written_[i]) view(i).copy_(g);
   else view(i).add_(g);
+  arrived(i);
+}
+
+void GradBuffer::arrived(size_t i) {
   written_[i] = 1;
   auto& b = buckets_[bucket_of_[i]];
+  ME_CHECK(b.pending > 0, "gradient buffer: parameter ", i, " reported its gradient twice in one micro-batch ",
+           "(a weight shared by two fused linear layers?)");
   if (--b.pending == 0 && last_ && dp_ && !shard_reduce_) {
     auto slice = flat_.narrow(0, b.start, b.length);
 #if ME_TORCH_HAS_CUDA

@@ -39,6 +39,9 @@ struct ParallelSpec {
   bool sequence_parallel = false;
   bool distributed_optimizer = false;  // ZeRO-1: masters and optimizer state sharded over dp
   double bucket_mb = 25.0;             // gradient buckets reduced while backward goes on
+  // Linear layers' weight-gradient GEMMs write fp32 straight into the main-grad buffer
+  // (parallel/main_grad.h); false: bf16 gradients copied in by hooks (for A/B comparisons).
+  bool grad_accumulation_fusion = true;
 };
 
 struct CommSpec {

@@ -110,6 +110,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   }
   grads_ = std::make_unique<GradBuffer>(params_, groups_ ? groups_->dp.get() : nullptr, par.bucket_mb,
                                         par.distributed_optimizer);
+  parallel::attach_main_grads(*model_, par.grad_accumulation_fusion ? grads_.get() : nullptr);
   std::vector<int64_t> offsets;
   for (size_t i = 0; i < params_.size(); ++i) offsets.push_back(grads_->offset(i));
   optim::OptimizerConfig ocfg;

@@ -31,7 +31,11 @@ if [ "$mode" = gpt ]; then
   run pp2_dp2 4 parallel.pp=2
 else
   layouts="dp2:dp1 dp4:dp1 dp2_distopt:dp1 dp4_distopt:dp1 tp2_dp2:dp1 tp2_dp2_sp_distopt:dp1 pp2:dp1
-           pp2_dp2_distopt:dp1 tp2_pp2_sp:dp1 pp2_untied:dp1_untied pp4_4layers:dp1_4layers"
+           pp2_dp2_distopt:dp1 tp2_pp2_sp:dp1 pp2_untied:dp1_untied pp4_4layers:dp1_4layers
+           dp1_unfused:dp1 dp2_unfused:dp1"
+  # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
+  run dp1_unfused 1 parallel.grad_accumulation_fusion=false
+  run dp2_unfused 2 parallel.grad_accumulation_fusion=false
   run dp2 2
   run dp4 4
   run dp2_distopt 2 parallel.distributed_optimizer=true

@@ -50,7 +50,8 @@ me::model::TransformerConfig tiny_llama() {
 }  // namespace
 
 TEST_CASE("fused kernels never take CPU tensors: the LibTorch compositions run there", "[kernels]") {
-  for (auto op : {kernels::Op::swiglu, kernels::Op::rotary, kernels::Op::cross_entropy, kernels::Op::adamw})
+  for (auto op : {kernels::Op::swiglu, kernels::Op::rotary, kernels::Op::cross_entropy, kernels::Op::adamw,
+                  kernels::Op::add_norm})
     CHECK_FALSE(kernels::use(op, torch::ones({4})));
   CHECK_FALSE(kernels::use(kernels::Op::swiglu, torch::Tensor()));
   CHECK_FALSE(kernels::describe().empty());
@@ -110,6 +111,7 @@ TEST_CASE("QKV split (+ RoPE) kernel = narrow/select (+ Rotary::apply), forward 
       CHECK(rel(out.k, k) < tol(dtype));
       CHECK(rel(out.v, v) == 0.0);
       CHECK(rel(qkv.grad(), xr.grad()) < tol(dtype));
+      if (rep == 1 && !with_rope) CHECK(out.q.data_ptr() == qkv.data_ptr());  // views, no copies
       qkv.mutable_grad().reset();
      }
     }
@@ -180,20 +182,60 @@ TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping and the 
   }
 }
 
+TEST_CASE("residual add + norm kernel = x + delta then layer_norm / rms_norm, forward and backward",
+          "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  for (bool rms : {false, true}) {
+    for (auto dtype : {torch::kBFloat16, torch::kFloat}) {
+      for (int64_t hidden : {2048, 1000, 64}) {
+        INFO((rms ? "rms" : "layer") << "norm, dtype " << dtype << ", hidden " << hidden);
+        torch::manual_seed(2);
+        auto x = torch::randn({3, 37, hidden}, kGpu).to(dtype).requires_grad_(true);
+        auto delta = torch::randn({3, 37, hidden}, kGpu).to(dtype).requires_grad_(true);
+        auto w = (1 + 0.1 * torch::randn({hidden}, kGpu)).to(dtype).requires_grad_(true);
+        auto b = rms ? torch::Tensor() : (0.1 * torch::randn({hidden}, kGpu)).to(dtype).requires_grad_(true);
+        REQUIRE(kernels::add_norm_fits(x, delta, w));
+        auto out = kernels::add_norm(x, delta, w, b, 1e-5, rms);
+        auto d_sum = torch::randn_like(x), d_y = torch::randn_like(x);
+        torch::autograd::backward({out.sum, out.y}, {d_sum, d_y});
+        // The composition in fp32 from the same inputs (the sum rounded as the kernel's is).
+        auto xr = x.detach().to(torch::kFloat).requires_grad_(true);
+        auto dr = delta.detach().to(torch::kFloat).requires_grad_(true);
+        auto wr = w.detach().to(torch::kFloat).requires_grad_(true);
+        auto br = rms ? torch::Tensor() : b.detach().to(torch::kFloat).requires_grad_(true);
+        auto sr = (xr + dr).to(dtype).to(torch::kFloat);
+        auto yr = rms ? sr * torch::rsqrt(sr.pow(2).mean(-1, true) + 1e-5) * wr
+                      : torch::layer_norm(sr, {hidden}, wr, br, 1e-5);
+        torch::autograd::backward({sr, yr}, {d_sum.to(torch::kFloat), d_y.to(torch::kFloat)});
+        CHECK(out.y.scalar_type() == dtype);
+        CHECK(rel(out.sum, sr) < tol(dtype));
+        CHECK(rel(out.y, yr) < tol(dtype));
+        CHECK(rel(x.grad(), xr.grad()) < tol(dtype));
+        CHECK(rel(delta.grad(), dr.grad()) < tol(dtype));
+        CHECK(rel(w.grad(), wr.grad()) < 2 * tol(dtype));
+        if (!rms) CHECK(rel(b.grad(), br.grad()) < 2 * tol(dtype));
+      }
+    }
+  }
+}
+
 namespace {
 // fp32 on both sides: the GPU paths (engine kernels, the bias GEMM epilogue) against the CPU's
 // LibTorch compositions; the loss and every parameter's gradient.
 void check_model_gpu_matches_cpu(const me::model::TransformerConfig& config) {
   me::model::Transformer cpu(config), gpu(config);
   {
-    // Biases start at zero: random ones, so their addition is checked too.
+    // Biases start at zero and norm weights at one: random ones, so they are checked too.
     torch::NoGradGuard no_grad;
     torch::manual_seed(5);
     auto to = gpu->named_parameters();
     for (const auto& item : cpu->named_parameters()) {
       const auto& name = item.key();
-      if (name.size() < 4 || name.compare(name.size() - 4, 4, "bias") != 0) continue;
-      item.value().normal_(0.0, 0.1);
+      const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+      const bool norm = name.find("norm") != std::string::npos;
+      if (!bias && !norm) continue;
+      if (bias) item.value().normal_(0.0, 0.1);
+      else item.value().normal_(1.0, 0.1);
       to[name].copy_(item.value());
     }
   }
