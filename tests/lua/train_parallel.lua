@@ -11,8 +11,12 @@ return me.recipe {
   seed = 7,
   -- Padding the 50257 GPT-2 ids to a multiple of 64 x tp gives 50304 rows at tp 1 and 2 alike, so
   -- every layout trains the same model (Megatron's default of 128 x tp would not).
-  model = me.model.gpt { vocab = gpt and 50257 or 256, vocab_divisible_by = 64, seq = 32, layers = 2, hidden = 64,
-                         heads = 4 },
+  -- ME_EQUIV_MODEL=llama: the LLaMA family instead (RoPE, RMSNorm, SwiGLU, grouped-query attention).
+  model = os.getenv("ME_EQUIV_MODEL") == "llama"
+          and me.model.llama { vocab = 256, vocab_divisible_by = 64, seq = 32, layers = 2, hidden = 64, heads = 4,
+                               query_groups = 2, ffn_hidden = 128 }
+          or me.model.gpt { vocab = gpt and 50257 or 256, vocab_divisible_by = 64, seq = 32, layers = 2, hidden = 64,
+                            heads = 4 },
   data = gpt and me.data.gpt { prefix = gpt, source = me.asset "moby-dick.txt", tokenizer = me.tokenizer.gpt2 {},
                                split = "98,2,0" }
              or me.data.text { path = me.asset "moby-dick.txt" },
