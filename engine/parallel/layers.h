@@ -25,10 +25,14 @@ struct ShardInfo {
 torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 
 // linear_bias whose backward writes the weight and bias gradients into `sink`'s fp32 main grads
-// (gradient-accumulation fusion) instead of returning them to autograd. Plain linear_bias when
-// sink is null or no gradient is being recorded. w must feed no other operation: its gradient
-// is marked complete as soon as this one is written.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink);
+// (gradient-accumulation fusion) instead of returning them to autograd; w must then feed no
+// other operation (its gradient is marked complete as soon as this one is written). With
+// input_tp, x is a column-parallel layer's input: all-gathered along the sequence first under
+// sequence parallelism, and its gradient reduced over TP in backward on a side stream, overlapped
+// with the weight-gradient GEMM. Plain linear_bias (after the input's mapping) when neither
+// applies or no gradient is being recorded.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
+                     const TensorParallel* input_tp = nullptr);
 
 // y = x A^T + b with A split by rows (output features). Input: the full activation, or this
 // rank's sequence slice under sequence parallelism (gathered here). Output: this rank's

@@ -9,6 +9,9 @@ namespace me::parallel {
 struct TensorParallel {
   comm::ProcessGroup* group = nullptr;  // not owned; outlives the model
   bool sequence_parallel = false;
+  // Column-parallel layers reduce their input gradient on a side stream while their weight
+  // gradient is computed (parallel::linear); false: in line, for A/B comparisons.
+  bool overlap_comm = true;
 
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }

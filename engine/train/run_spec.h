@@ -42,6 +42,9 @@ struct ParallelSpec {
   // Linear layers' weight-gradient GEMMs write fp32 straight into the main-grad buffer
   // (parallel/main_grad.h); false: bf16 gradients copied in by hooks (for A/B comparisons).
   bool grad_accumulation_fusion = true;
+  // Column-parallel layers' input-gradient all-reduce / reduce-scatter overlapped with their
+  // weight-gradient GEMM (a side stream on the GPU); false: in line.
+  bool tp_comm_overlap = true;
 };
 
 struct CommSpec {

@@ -89,6 +89,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   parallel::TensorParallel tp;
   if (groups_) tp.group = groups_->tp.get();
   tp.sequence_parallel = par.sequence_parallel;
+  tp.overlap_comm = par.tp_comm_overlap;
   model::PipelineStage stage;
   if (groups_) stage = {groups_->pp->rank(), groups_->pp->size()};
   model_ = model::Transformer(spec_.model, tp, stage);
