@@ -17,9 +17,10 @@ using detail::to_float;
 using detail::Vec;
 
 constexpr int64_t kMaxHidden = 16384;
-// Blocks of 8 warps (or one team, if a row needs more), built for at least 2 resident per SM
-// (at most 128 registers a thread). Backward launches at most 2 per SM: its scratch holds one
-// partial row per block.
+// Blocks of 8 warps (or one team, if a row needs more), built for 2 resident per SM (at most 128
+// registers a thread) where a team fits in 8 warps; larger teams (bf16 hidden > 8192, fp32 >
+// 4096) fit one block per SM, so backward's 2 blocks per SM then run in two waves. Backward
+// launches at most 2 per SM: its scratch holds one partial row per block.
 constexpr int kBlockWarps = 8;
 constexpr int kBackwardBlocksPerSM = 2;
 

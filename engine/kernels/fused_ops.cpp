@@ -177,11 +177,14 @@ struct AddNormFn : public torch::autograd::Function<AddNormFn> {
     const auto saved = ctx->get_saved_variables();
     const auto &sum = saved[0], &mean = saved[1], &rstd = saved[2], &w = saved[3];
     const bool rms = ctx->saved_data["rms"].toBool(), has_bias = ctx->saved_data["bias"].toBool();
+    // Never undefined: LibTorch materialises an unused output's gradient (the final norm's sum) as zeros.
     const auto d_sum = grads[0].contiguous(), d_y = grads[1].contiguous();
     const int64_t hidden = sum.size(-1), rows = sum.numel() / hidden;
     auto grad_in = torch::empty_like(sum);
     auto stats = sum.options().dtype(torch::kFloat);
-    auto gw = torch::empty({hidden}, stats), gb = has_bias ? torch::empty({hidden}, stats) : torch::Tensor();
+    // No rows: the kernel writes nothing, and the weight gradients are zero.
+    auto make = [&] { return rows == 0 ? torch::zeros({hidden}, stats) : torch::empty({hidden}, stats); };
+    auto gw = make(), gb = has_bias ? make() : torch::Tensor();
     auto scratch = torch::empty({add_norm_scratch_floats(rows, hidden)}, stats);
     add_norm_backward(dtype_of(sum), rms, d_y.data_ptr(), d_sum.data_ptr(), sum.data_ptr(),
                       rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr(), grad_in.data_ptr(),
@@ -215,9 +218,14 @@ struct QKVViewsFn : public torch::autograd::Function<QKVViewsFn> {
 
 }  // namespace
 
-bool add_norm_fits(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight) {
+bool add_norm_fits(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight,
+                   const torch::Tensor& bias) {
+  auto like_weight = [&](const torch::Tensor& p) {  // the kernel reads it as x's type, on x's GPU
+    return p.scalar_type() == x.scalar_type() && p.device() == x.device() && p.numel() == x.size(-1);
+  };
   return x.dim() >= 1 && x.sizes() == delta.sizes() && x.scalar_type() == delta.scalar_type() &&
-         weight.scalar_type() == x.scalar_type() && weight.numel() == x.size(-1) && add_norm_supported(x.size(-1));
+         delta.device() == x.device() && like_weight(weight) && (!bias.defined() || like_weight(bias)) &&
+         add_norm_supported(x.size(-1));
 }
 
 AddNorm add_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight,
@@ -326,7 +334,9 @@ namespace {
 }  // namespace
 
 torch::Tensor swiglu(const torch::Tensor&) { not_compiled("swiglu"); }
-bool add_norm_fits(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
+bool add_norm_fits(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  return false;
+}
 AddNorm add_norm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double, bool) {
   not_compiled("add_norm");
 }

@@ -42,11 +42,13 @@ QKV split_qkv(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t hea
 
 // Residual add + LayerNorm (rms false: weight and bias) or RMSNorm (weight only) in one pass
 // each way: sum = x + delta, y = norm(sum). add_norm_fits: the kernel takes these tensors
-// (x and delta of one shape and dtype, the weight in that dtype, a hidden size it supports).
+// (x and delta of one shape, dtype and device, weight and bias (may be undefined) in that dtype,
+// a hidden size it supports).
 struct AddNorm {
   torch::Tensor sum, y;
 };
-bool add_norm_fits(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight);
+bool add_norm_fits(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight,
+                   const torch::Tensor& bias);
 AddNorm add_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight,
                  const torch::Tensor& bias, double eps, bool rms);
 

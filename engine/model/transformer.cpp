@@ -21,32 +21,24 @@ namespace {
 using BlockFn = std::function<Residual(const Residual&)>;
 using Fn3 = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
 
-// A whole block: the residual stream in ({x} or {x, delta}: an autograd function's inputs
-// must be defined tensors) and out ({x, delta}).
+// A whole block: the residual stream in (one tensor, the sum: what is kept until backward) and
+// out as {x, delta}.
 struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList in, int64_t fn) {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& stream, int64_t fn) {
     ctx->saved_data["fn"] = fn;
-    ctx->save_for_backward(in.vec());
-    auto out = (*reinterpret_cast<BlockFn*>(fn))(Residual{in[0], in.size() > 1 ? in[1] : torch::Tensor()});
+    ctx->save_for_backward({stream});
+    auto out = (*reinterpret_cast<BlockFn*>(fn))(Residual{stream, {}});
     return {out.x, out.delta};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list in;
-    for (auto& s : ctx->get_saved_variables()) in.push_back(s.detach().requires_grad_(true));
+    auto stream = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     Residual out;
     {
       torch::AutoGradMode enable(true);
-      out = (*reinterpret_cast<BlockFn*>(ctx->saved_data["fn"].toInt()))(
-          Residual{in[0], in.size() > 1 ? in[1] : torch::Tensor()});
+      out = (*reinterpret_cast<BlockFn*>(ctx->saved_data["fn"].toInt()))(Residual{stream, {}});
     }
-    std::vector<torch::Tensor> outputs, output_grads;
-    for (int i = 0; i < 2; ++i)
-      if (grads[i].defined()) outputs.push_back(i == 0 ? out.x : out.delta), output_grads.push_back(grads[i]);
-    torch::autograd::backward(outputs, output_grads);
-    variable_list result;
-    for (auto& t : in) result.push_back(t.grad());
-    result.push_back(torch::Tensor());  // fn
-    return result;
+    torch::autograd::backward({out.x, out.delta}, {grads[0], grads[1]});
+    return {stream.grad(), torch::Tensor()};
   }
 };
 
@@ -168,8 +160,9 @@ Residual BlockImpl::body(const Residual& in) {
 
 Residual BlockImpl::forward(const Residual& in) {
   if (recompute_ && in.x.requires_grad()) {
-    const variable_list stream = in.delta.defined() ? variable_list{in.x, in.delta} : variable_list{in.x};
-    auto out = RecomputeBlock::apply(at::TensorList(stream), reinterpret_cast<int64_t>(&body_fn_));
+    // The pending add happens outside, so the block keeps one tensor (the stream), not two: its
+    // first norm is then a plain one.
+    auto out = RecomputeBlock::apply(in.sum(), reinterpret_cast<int64_t>(&body_fn_));
     return {out[0], out[1]};
   }
   return body(in);

@@ -194,7 +194,7 @@ TEST_CASE("residual add + norm kernel = x + delta then layer_norm / rms_norm, fo
         auto delta = torch::randn({3, 37, hidden}, kGpu).to(dtype).requires_grad_(true);
         auto w = (1 + 0.1 * torch::randn({hidden}, kGpu)).to(dtype).requires_grad_(true);
         auto b = rms ? torch::Tensor() : (0.1 * torch::randn({hidden}, kGpu)).to(dtype).requires_grad_(true);
-        REQUIRE(kernels::add_norm_fits(x, delta, w));
+        REQUIRE(kernels::add_norm_fits(x, delta, w, b));
         auto out = kernels::add_norm(x, delta, w, b, 1e-5, rms);
         auto d_sum = torch::randn_like(x), d_y = torch::randn_like(x);
         torch::autograd::backward({out.sum, out.y}, {d_sum, d_y});
