@@ -20,7 +20,8 @@ peak=$(python3 "$repo/bench/speed/table.py" --peak "$out/speed/rows.jsonl")
 for m in ${ME_BENCH_MODELS:-gpt1.3b llama1b}; do
   for k in ${ME_BENCH_KERNELS_OFF:-none}; do
     ME_KERNELS=$k ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$out/speed/rows.jsonl \
-      "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$out/$m.$k.log" 2>&1 || tail -3 "$out/$m.$k.log"
+      "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$out/$m.${k//,/_}.log" 2>&1 ||
+      tail -3 "$out/$m.${k//,/_}.log"  # no commas in file names: the device tool does not return them
   done
 done
 python3 "$repo/bench/speed/table.py" "$out/speed/rows.jsonl" | tee "$out/table.md"
