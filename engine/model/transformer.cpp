@@ -153,7 +153,7 @@ BlockImpl::BlockImpl(const TransformerConfig& c, TensorParallel tp, std::shared_
 }
 
 Residual BlockImpl::body(const Residual& in) {
-  auto s = in.delta.defined() ? norm1_->add_forward(in.x, in.delta) : parallel::NormImpl::Sum{in.x, norm1_->forward(in.x)};
+  auto s = norm1_->add_forward(in.x, in.delta);
   auto h = norm2_->add_forward(s.sum, attn_->forward(s.y));
   return {h.sum, mlp_->forward(h.y)};
 }
@@ -264,7 +264,7 @@ torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
   Residual r{stage_.first() ? embed(input) : input, {}};
   for (const auto& block : *blocks_) r = block->as<Block>()->forward(r);
   if (!stage_.last()) return r.sum();  // the next stage receives the stream itself
-  auto x = r.delta.defined() ? final_norm_->add_forward(r.x, r.delta).y : final_norm_->forward(r.x);
+  auto x = final_norm_->add_forward(r.x, r.delta).y;
   // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
   return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);
 }

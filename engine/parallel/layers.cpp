@@ -245,6 +245,7 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 }
 
 NormImpl::Sum NormImpl::add_forward(const torch::Tensor& x, const torch::Tensor& delta) {
+  if (!delta.defined()) return {x, forward(x)};
   if (kernels::use(kernels::Op::add_norm, x) && kernels::add_norm_fits(x, delta, weight, bias)) {
     auto r = kernels::add_norm(x, delta, weight, bias, eps_, rms_);
     return {r.sum, r.y};

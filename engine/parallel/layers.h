@@ -101,7 +101,8 @@ TORCH_MODULE(VocabParallelEmbedding);
 // Normalisation over the last dimension, statistics in fp32: LayerNorm (GPT: weight and bias)
 // or RMSNorm (LLaMA: x / sqrt(mean(x^2) + eps) * weight). add_forward also forms the residual
 // sum it normalises, x + delta: on the GPU one fused kernel each way (kernels::Op::add_norm)
-// instead of an add and a norm, each a pass over the residual stream.
+// instead of an add and a norm, each a pass over the residual stream. delta undefined: no add
+// (the sum is x).
 class NormImpl : public torch::nn::Module {
  public:
   NormImpl(const std::string& kind, int64_t hidden, double eps);  // kind: layernorm | rmsnorm
