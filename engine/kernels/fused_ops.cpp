@@ -18,8 +18,8 @@ namespace me::kernels {
 
 namespace {
 
-const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw", "linear_bias", "add_norm"};
-constexpr int kOps = 6;
+const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw", "linear_bias", "add_norm", "gemm_gelu"};
+constexpr int kOps = 7;
 
 // ME_KERNELS, read once: which kernels may run.
 const std::vector<bool>& enabled_ops() {
@@ -36,7 +36,8 @@ const std::vector<bool>& enabled_ops() {
       for (int i = 0; i < kOps; ++i)
         if (name == kOpNames[i]) v[static_cast<size_t>(i)] = known = true;
       ME_CHECK(known, "ME_KERNELS: unknown kernel '", name,
-               "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm");
+               "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias, ",
+               "add_norm, gemm_gelu");
     }
     return v;
   }();
@@ -253,6 +254,33 @@ QKV split_qkv(const torch::Tensor& qkv, int64_t groups, int64_t rep, int64_t hea
   return {out[0], out[1], out[2]};
 }
 
+bool gemm_gelu_fits(const torch::Tensor& x, const torch::Tensor& w) {
+  return x.is_cuda() && x.scalar_type() == torch::kBFloat16 && w.scalar_type() == torch::kBFloat16 && w.dim() == 2 &&
+         x.size(-1) == w.size(1) && x.device() == w.device() && gemm_gelu_supported(w.size(1), w.size(0));
+}
+
+Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const auto x2 = x.reshape({-1, x.size(-1)}).contiguous();
+  const auto wc = w.contiguous(), bc = b.defined() ? b.contiguous() : b;
+  auto sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  Activated a{torch::empty(sizes, x.options()), torch::empty(sizes, x.options())};
+  if (!gemm_bias_gelu(x2.data_ptr(), wc.data_ptr(), bc.defined() ? bc.data_ptr() : nullptr, a.pre.data_ptr(),
+                      a.out.data_ptr(), x2.size(0), w.size(1), w.size(0), current_stream()))
+    return {};
+  return a;
+}
+
+torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre) {
+  const auto dy = grad_out.reshape({-1, w.size(0)}).contiguous();
+  const auto wc = w.contiguous(), p = pre.contiguous();
+  auto grad_pre = torch::empty_like(p);
+  if (!gemm_dgelu(dy.data_ptr(), wc.data_ptr(), p.data_ptr(), grad_pre.data_ptr(), dy.size(0), w.size(0), w.size(1),
+                  current_stream()))
+    return {};
+  return grad_pre;
+}
+
 RowStats cross_entropy_stats(const torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start) {
   ME_CHECK(logits.dim() == 2 && logits.is_contiguous(), "cross_entropy_stats: logits must be contiguous [rows, vocab]");
   const int64_t rows = logits.size(0);
@@ -346,6 +374,11 @@ QKV split_qkv(const torch::Tensor&, int64_t, int64_t, int64_t, const torch::Tens
 RowStats cross_entropy_stats(const torch::Tensor&, const torch::Tensor&, int64_t) { not_compiled("cross_entropy_stats"); }
 void cross_entropy_backward_(torch::Tensor&, const torch::Tensor&, int64_t, const torch::Tensor&, const torch::Tensor&) {
   not_compiled("cross_entropy_backward_");
+}
+bool gemm_gelu_fits(const torch::Tensor&, const torch::Tensor&) { return false; }
+Activated linear_gelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { not_compiled("linear_gelu"); }
+torch::Tensor matmul_dgelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  not_compiled("matmul_dgelu");
 }
 MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }
 torch::Tensor MultiTensorAdamW::grad_sum_squares() { not_compiled("MultiTensorAdamW"); }

@@ -3,7 +3,7 @@
 // composition for the other case: CPU tensors, builds without nvcc (the CPU machines), dtypes
 // the kernels do not take, or the kernel switched off with ME_KERNELS (for A/B timing):
 //   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw,
-//   linear_bias, add_norm
+//   linear_bias, add_norm, gemm_gelu
 #pragma once
 #include <torch/torch.h>
 
@@ -12,10 +12,10 @@
 
 namespace me::kernels {
 
-// rotary: the QKV split, with RoPE where the model has it. linear_bias is not a kernel of ours:
-// linear layers with a bias as one addmm, the bias added in cuBLASLt's GEMM epilogue
-// (parallel::linear_bias); switched like the others for A/B timing.
-enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm };
+// rotary: the QKV split, with RoPE where the model has it. linear_bias and gemm_gelu are not
+// kernels of ours but cuBLASLt GEMM epilogues (a linear layer's bias; GPT's GeLU), switched like
+// the others for A/B timing.
+enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm, gemm_gelu };
 
 // The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
 bool compiled();
@@ -51,6 +51,19 @@ bool add_norm_fits(const torch::Tensor& x, const torch::Tensor& delta, const tor
                    const torch::Tensor& bias);
 AddNorm add_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& weight,
                  const torch::Tensor& bias, double eps, bool rms);
+
+// GPT's MLP GeLU inside cuBLASLt's GEMM epilogues (kernels.h gemm_bias_gelu / gemm_dgelu). No
+// autograd here: parallel::linear_gelu / gelu_linear wrap them with the layers' gradients.
+// gemm_gelu_fits: x [..., in] and w [out, in] bf16 on the GPU, in and out multiples of 8.
+// linear_gelu: {pre, out} = {x w^T + b, gelu(pre)} ([..., out]; b may be undefined).
+// matmul_dgelu: (grad_out w) * gelu'(pre), grad_out [..., out], pre [..., in].
+// Both give undefined tensors when cuBLASLt offers no kernel (the caller composes instead).
+struct Activated {
+  torch::Tensor pre, out;
+};
+bool gemm_gelu_fits(const torch::Tensor& x, const torch::Tensor& w);
+Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre);
 
 // Cross entropy pieces over a vocabulary shard of logits [rows, vocab] (see kernels.h).
 struct RowStats {

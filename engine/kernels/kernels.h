@@ -75,6 +75,21 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
                        const float* mean, const float* rstd, const void* weight, void* grad_in, float* grad_weight,
                        float* grad_bias, float* scratch, int64_t rows, int64_t hidden, void* stream);
 
+// --- GEMMs with GeLU in cuBLASLt's epilogue (gemm_gelu.cpp; no kernel of ours) ----------------
+// bf16, row-major, fp32 accumulation; GeLU is the tanh approximation (GPT-2's, Megatron's).
+// Forward of a linear layer followed by GeLU: x [rows, in], w [out, in], bias [out] or null:
+//   pre = x w^T + bias,  out = gelu(pre)                      (both [rows, out], one GEMM)
+// Backward through GeLU and the next linear layer: grad_out [rows, out], w [out, in] (that
+// layer's weight), pre [rows, in] (the GeLU's input, as saved above):
+//   grad_pre = (grad_out w) * gelu'(pre)                     ([rows, in], one GEMM)
+// Both return false when cuBLASLt offers no kernel for the shape (the caller composes instead).
+// A 32 MiB workspace per device and stream is allocated on first use and kept.
+bool gemm_gelu_supported(int64_t in_features, int64_t out_features);  // both multiples of 8
+bool gemm_bias_gelu(const void* x, const void* w, const void* bias, void* pre, void* out, int64_t rows,
+                    int64_t in_features, int64_t out_features, void* stream);
+bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad_pre, int64_t rows,
+                int64_t out_features, int64_t in_features, void* stream);
+
 // --- Multi-tensor optimizer kernels ----------------------------------------------------------
 // One launch over every parameter: a table of tensors (device memory, built once: the
 // pointers never move) cut into fixed-size chunks, one thread block per chunk.

@@ -140,7 +140,8 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
     return down_->forward(torch::silu(pairs.select(3, 0)) * pairs.select(3, 1));
   }
   // tanh-approximated GeLU, as GPT-2 and Megatron's bias-gelu use.
-  return fc2_->forward(torch::gelu(fc1_->forward(x), "tanh"));
+  // On the GPU inside the two GEMMs' epilogues (forward fc1, backward fc2's input gradient).
+  return fc2_->forward_gelu(fc1_->forward_gelu(x));
 }
 
 BlockImpl::BlockImpl(const TransformerConfig& c, TensorParallel tp, std::shared_ptr<parallel::Rotary> rope, bool recompute)

@@ -75,15 +75,48 @@ std::function<void()> start_collective(const torch::Tensor& in, torch::Tensor* o
   return [] {};
 }
 
-// The weight (and bias) gradient goes to the sink's main grads: one fp32-output GEMM per
-// micro-batch, adding into what earlier micro-batches left there (sink null: to autograd).
+// The weight and bias gradients of y = x w^T + b from dy [rows, out] and x [rows, in]: into the
+// sink's main grads, one fp32-output GEMM per micro-batch adding into what earlier micro-batches
+// left there, each marked written; or, with no sink (or a weight it does not hold), returned.
+std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
+                                                     const torch::Tensor& w, const torch::Tensor& b,
+                                                     MainGradSink* sink) {
+  torch::Tensor dw, db;
+  bool accumulate = false;
+  if (auto main = sink ? sink->main_grad(w, &accumulate) : torch::Tensor(); main.defined()) {
+    compat::matmul_into(main, dy.t(), x, accumulate);
+    sink->mark_written(w);
+  } else {
+    dw = dy.t().mm(x);
+  }
+  if (!b.defined()) return {dw, db};
+  if (auto main = sink ? sink->main_grad(b, &accumulate) : torch::Tensor(); main.defined()) {
+    if (dy.is_cuda()) {
+      // The column sums as ones^T dy, written (or added) in fp32 by cuBLAS: one read of dy,
+      // measured 15% faster than LibTorch's dim-0 sum on the H100, and no separate add.
+      auto row = main.view({1, -1});
+      compat::matmul_into(row, torch::ones({1, dy.size(0)}, dy.options()), dy, accumulate);
+    } else {
+      auto sum = dy.sum(0, /*keepdim=*/false, main.scalar_type());
+      accumulate ? main.add_(sum) : main.copy_(sum);
+    }
+    sink->mark_written(b);
+  } else {
+    db = dy.sum(0);
+  }
+  return {dw, db};
+}
+
+// y = x w^T + b whose weight gradients go through weight_grads (gradient-accumulation fusion).
 // With a tensor-parallel group (a column-parallel layer's input): forward all-gathers the
 // sequence first under sequence parallelism; backward reduces the input gradient over TP
 // (all-reduce, or reduce-scatter along the sequence) on a side stream while the weight-gradient
 // GEMM runs: Megatron's LinearWithGradAccumulationAndAsyncCommunication.
+// With gelu: outputs {pre, gelu(pre)} from one GEMM (GeLU in cuBLASLt's epilogue); the second
+// carries no gradient (gelu_linear, its consumer, differentiates through pre).
 // Inputs {x, w} or {x, w, b} (an autograd function's inputs must be defined tensors).
 struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
-  static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t input_tp) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t input_tp, bool gelu) {
     ctx->saved_data["sink"] = sink;
     ctx->saved_data["tp"] = input_tp;
     const auto* tp = reinterpret_cast<const TensorParallel*>(input_tp);
@@ -91,7 +124,15 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     auto saved = in.vec();
     saved[0] = x;
     ctx->save_for_backward(saved);
-    return linear_bias(x, in[1], in.size() > 2 ? in[2] : torch::Tensor());
+    const auto b = in.size() > 2 ? in[2] : torch::Tensor();
+    if (!gelu) return {linear_bias(x, in[1], b)};
+    auto a = kernels::linear_gelu(x, in[1], b);
+    if (!a.pre.defined()) {  // cuBLASLt offered no kernel for the shape
+      a.pre = linear_bias(x, in[1], b);
+      a.out = torch::gelu(a.pre, "tanh");
+    }
+    ctx->mark_non_differentiable({a.out});
+    return {a.pre, a.out};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
@@ -100,7 +141,6 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
     const auto* tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["tp"].toInt());
     auto dy = grads[0].reshape({-1, w.size(0)});
-    auto x2 = x.reshape({-1, w.size(1)});
     auto dx = dy.mm(w).view(x.sizes());
     std::function<void()> join = [] {};
     if (tp) {
@@ -112,49 +152,76 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       if (tp->overlap_comm) join = start_collective(full, &dx, reduce);
       else reduce();
     }
-    torch::Tensor dw, db;
-    bool accumulate = false;
-    if (auto main = sink ? sink->main_grad(w, &accumulate) : torch::Tensor(); main.defined()) {
-      compat::matmul_into(main, dy.t(), x2, accumulate);
-      sink->mark_written(w);
-    } else {
-      dw = dy.t().mm(x2);
-    }
-    if (b.defined()) {
-      if (auto main = sink ? sink->main_grad(b, &accumulate) : torch::Tensor(); main.defined()) {
-        if (dy.is_cuda()) {
-          // The column sums as ones^T dy, written (or added) in fp32 by cuBLAS: one read of dy,
-          // measured 15% faster than LibTorch's dim-0 sum on the H100, and no separate add.
-          auto row = main.view({1, -1});
-          compat::matmul_into(row, torch::ones({1, dy.size(0)}, dy.options()), dy, accumulate);
-        } else {
-          auto sum = dy.sum(0, /*keepdim=*/false, main.scalar_type());
-          accumulate ? main.add_(sum) : main.copy_(sum);
-        }
-        sink->mark_written(b);
-      } else {
-        db = dy.sum(0);
-      }
-    }
+    auto [dw, db] = weight_grads(dy, x.reshape({-1, w.size(1)}), w, b, sink);
     join();
-    if (b.defined()) return {dx, dw, db, torch::Tensor(), torch::Tensor()};
-    return {dx, dw, torch::Tensor(), torch::Tensor()};
+    if (b.defined()) return {dx, dw, db, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+// y = act w^T + b where act = gelu(pre) came from LinearMainGrad's epilogue: backward forms
+// pre's gradient (dy w) * gelu'(pre) in the input-gradient GEMM's epilogue.
+// Inputs {pre, act, w} or {pre, act, w, b}.
+struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad> {
+  static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, int64_t sink) {
+    ctx->saved_data["sink"] = sink;
+    ctx->save_for_backward(in.vec());
+    return linear_bias(in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &pre = saved[0], &act = saved[1], &w = saved[2];
+    const auto b = saved.size() > 3 ? saved[3] : torch::Tensor();
+    auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
+    auto dy = grads[0].reshape({-1, w.size(0)});
+    auto dpre = kernels::matmul_dgelu(dy, w, pre);
+    if (!dpre.defined()) dpre = at::gelu_backward(dy.mm(w).view(pre.sizes()), pre, "tanh");
+    auto [dw, db] = weight_grads(dy, act.reshape({-1, w.size(1)}), w, b, sink);
+    if (b.defined()) return {dpre.view(pre.sizes()), torch::Tensor(), dw, db, torch::Tensor()};
+    return {dpre.view(pre.sizes()), torch::Tensor(), dw, torch::Tensor()};
+  }
+};
+
+// The input as a column-parallel layer sees it when no gradient is recorded.
+torch::Tensor tp_input(const torch::Tensor& x, const TensorParallel* tp) {
+  if (!tp) return x;
+  return tp->sequence_parallel ? gather_seq(x, *tp) : copy_to_tp(x, *tp);
+}
 
 }  // namespace
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
                      const TensorParallel* input_tp) {
   if (input_tp && !input_tp->active()) input_tp = nullptr;
-  if ((!sink && !input_tp) || !torch::GradMode::is_enabled() || !w.requires_grad()) {
-    if (!input_tp) return linear_bias(x, w, b);
-    return linear_bias(input_tp->sequence_parallel ? gather_seq(x, *input_tp) : copy_to_tp(x, *input_tp), w, b);
-  }
+  if ((!sink && !input_tp) || !torch::GradMode::is_enabled() || !w.requires_grad())
+    return linear_bias(tp_input(x, input_tp), w, b);
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   // As a TensorList: a std::vector would be taken for a non-tensor argument (no gradient).
   return LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
-                               reinterpret_cast<int64_t>(input_tp));
+                               reinterpret_cast<int64_t>(input_tp), false)[0];
+}
+
+kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                               MainGradSink* sink, const TensorParallel* input_tp) {
+  if (input_tp && !input_tp->active()) input_tp = nullptr;
+  if (!torch::GradMode::is_enabled() || !w.requires_grad()) {
+    const auto in = tp_input(x, input_tp);
+    if (auto a = kernels::linear_gelu(in, w, b); a.pre.defined()) return a;
+    auto pre = linear_bias(in, w, b);
+    return {pre, torch::gelu(pre, "tanh")};
+  }
+  const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
+  auto out = LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
+                                   reinterpret_cast<int64_t>(input_tp), true);
+  return {out[0], out[1]};
+}
+
+torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
+                          MainGradSink* sink) {
+  if (!torch::GradMode::is_enabled() || (!w.requires_grad() && !a.pre.requires_grad()))
+    return linear_bias(a.out, w, b);
+  const auto in = b.defined() ? variable_list{a.pre, a.out, w, b} : variable_list{a.pre, a.out, w};
+  return GeluLinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink));
 }
 
 void attach_main_grads(torch::nn::Module& model, MainGradSink* sink) {
@@ -173,6 +240,12 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) { return forward_with(x, weight); }
+
+kernels::Activated ColumnParallelLinearImpl::forward_gelu(const torch::Tensor& x) {
+  ME_CHECK(!gather_output_, "forward_gelu: a column-parallel layer gathering its output feeds no row-parallel one");
+  if (!kernels::use(kernels::Op::gemm_gelu, x) || !kernels::gemm_gelu_fits(x, weight)) return {forward(x), {}};
+  return linear_gelu(x, weight, bias, main_grads, &tp_);
+}
 
 torch::Tensor ColumnParallelLinearImpl::forward_with(const torch::Tensor& x, const torch::Tensor& w) {
   // A weight owned elsewhere also gets gradients elsewhere: autograd sums them, not the sink.
@@ -201,7 +274,16 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   // Nothing to reduce: the bias can join the GEMM.
   if (!tp_.active()) return linear(x, weight, bias, main_grads);
-  auto partial = linear(x, weight, {}, main_grads);
+  return reduce_add_bias(linear(x, weight, {}, main_grads));
+}
+
+torch::Tensor RowParallelLinearImpl::forward_gelu(const kernels::Activated& a) {
+  if (!a.out.defined()) return forward(torch::gelu(a.pre, "tanh"));
+  if (!tp_.active()) return gelu_linear(a, weight, bias, main_grads);
+  return reduce_add_bias(gelu_linear(a, weight, {}, main_grads));
+}
+
+torch::Tensor RowParallelLinearImpl::reduce_add_bias(const torch::Tensor& partial) {
   auto y = tp_.sequence_parallel ? reduce_scatter_seq(partial, tp_) : reduce_from_tp(partial, tp_);
   return bias.defined() ? y + bias : y;
 }

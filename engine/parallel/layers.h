@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "engine/kernels/fused_ops.h"
 #include "engine/parallel/main_grad.h"
 #include "engine/parallel/tensor_parallel.h"
 
@@ -34,6 +35,17 @@ torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
                      const TensorParallel* input_tp = nullptr);
 
+// GeLU (tanh form) between two linear layers inside the GEMMs' epilogues (kernels::Op::gemm_gelu):
+// linear_gelu is linear() returning {pre, gelu(pre)} from one GEMM, the second without a
+// gradient of its own; gelu_linear is the next layer's linear() on gelu(pre), its backward
+// giving pre's gradient (dy w) * gelu'(pre) from one GEMM. Use through ColumnParallelLinear's
+// forward_gelu and RowParallelLinear's forward_gelu, which pick the composition where the
+// kernels do not apply.
+kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                               MainGradSink* sink, const TensorParallel* input_tp = nullptr);
+torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
+                          MainGradSink* sink);
+
 // y = x A^T + b with A split by rows (output features). Input: the full activation, or this
 // rank's sequence slice under sequence parallelism (gathered here). Output: this rank's
 // slice of the features, or all of them with gather_output.
@@ -41,6 +53,9 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
  public:
   ColumnParallelLinearImpl(int64_t in, int64_t out, bool bias, TensorParallel tp, bool gather_output = false);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward followed by tanh GeLU: {pre, gelu(pre)} for RowParallelLinear::forward_gelu (out
+  // undefined where the GEMM epilogue does not apply: the consumer applies GeLU itself).
+  kernels::Activated forward_gelu(const torch::Tensor& x);
   // The same with a weight owned elsewhere (a tied embedding), [out / tp, in].
   torch::Tensor forward_with(const torch::Tensor& x, const torch::Tensor& weight);
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
@@ -62,12 +77,16 @@ class RowParallelLinearImpl : public torch::nn::Module {
  public:
   RowParallelLinearImpl(int64_t in, int64_t out, bool bias, TensorParallel tp);
   torch::Tensor forward(const torch::Tensor& x);
+  // forward(gelu(a.pre)), from ColumnParallelLinear::forward_gelu's output.
+  torch::Tensor forward_gelu(const kernels::Activated& a);
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
 
   torch::Tensor weight, bias;
   MainGradSink* main_grads = nullptr;  // set by attach_main_grads
 
  private:
+  torch::Tensor reduce_add_bias(const torch::Tensor& partial);  // over TP, then the bias once
+
   int64_t in_, out_;
   TensorParallel tp_;
 };

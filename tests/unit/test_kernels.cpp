@@ -51,7 +51,7 @@ me::model::TransformerConfig tiny_llama() {
 
 TEST_CASE("fused kernels never take CPU tensors: the LibTorch compositions run there", "[kernels]") {
   for (auto op : {kernels::Op::swiglu, kernels::Op::rotary, kernels::Op::cross_entropy, kernels::Op::adamw,
-                  kernels::Op::add_norm})
+                  kernels::Op::add_norm, kernels::Op::gemm_gelu})
     CHECK_FALSE(kernels::use(op, torch::ones({4})));
   CHECK_FALSE(kernels::use(kernels::Op::swiglu, torch::Tensor()));
   CHECK_FALSE(kernels::describe().empty());
@@ -215,6 +215,50 @@ TEST_CASE("residual add + norm kernel = x + delta then layer_norm / rms_norm, fo
         CHECK(rel(w.grad(), wr.grad()) < 2 * tol(dtype));
         if (!rms) CHECK(rel(b.grad(), br.grad()) < 2 * tol(dtype));
       }
+    }
+  }
+}
+
+TEST_CASE("GeLU in the GEMM epilogues = linear, tanh GeLU, linear: output and every gradient", "[kernels][gpu]") {
+  if (!have_gpu()) return;
+  const auto bf16 = torch::kBFloat16;
+  for (bool bias : {true, false}) {
+    INFO("bias " << bias);
+    torch::manual_seed(3);
+    me::parallel::ColumnParallelLinear fc1(64, 256, bias, me::parallel::TensorParallel{});
+    me::parallel::RowParallelLinear fc2(256, 64, bias, me::parallel::TensorParallel{});
+    {
+      torch::NoGradGuard no_grad;
+      for (auto* p : {&fc1->weight, &fc2->weight}) p->normal_(0.0, 0.08);
+      if (bias) fc1->bias.normal_(0.0, 0.5), fc2->bias.normal_(0.0, 0.5);
+    }
+    fc1->to(kGpu, bf16);
+    fc2->to(kGpu, bf16);
+    auto x = torch::randn({3, 37, 64}, kGpu).to(bf16).requires_grad_(true);
+    REQUIRE(kernels::use(kernels::Op::gemm_gelu, x));
+    auto a = fc1->forward_gelu(x);
+    REQUIRE(a.out.defined());  // the epilogue path, not the composition
+    CHECK_FALSE(a.out.requires_grad());
+    auto y = fc2->forward_gelu(a);
+    auto dy = torch::randn_like(y);
+    y.backward(dy);
+    // The composition in fp32 from the same bf16 values.
+    auto f32 = [](const torch::Tensor& t) {
+      return t.defined() ? t.detach().to(torch::kFloat).requires_grad_(true) : torch::Tensor();
+    };
+    auto xr = f32(x), w1 = f32(fc1->weight), b1 = f32(fc1->bias), w2 = f32(fc2->weight), b2 = f32(fc2->bias);
+    auto pre = torch::nn::functional::linear(xr, w1, b1);
+    auto yr = torch::nn::functional::linear(torch::gelu(pre, "tanh"), w2, b2);
+    yr.backward(dy.to(torch::kFloat));
+    CHECK(rel(a.pre, pre) < tol(bf16));
+    CHECK(rel(a.out, torch::gelu(pre, "tanh")) < tol(bf16));
+    CHECK(rel(y, yr) < tol(bf16));
+    CHECK(rel(x.grad(), xr.grad()) < tol(bf16));
+    CHECK(rel(fc1->weight.grad(), w1.grad()) < tol(bf16));
+    CHECK(rel(fc2->weight.grad(), w2.grad()) < tol(bf16));
+    if (bias) {
+      CHECK(rel(fc1->bias.grad(), b1.grad()) < tol(bf16));
+      CHECK(rel(fc2->bias.grad(), b2.grad()) < tol(bf16));
     }
   }
 }
