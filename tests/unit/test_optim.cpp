@@ -260,3 +260,47 @@ TEST_CASE("dynamic loss scaling: backoff after hysteresis, growth after clean st
   for (int i = 0; i < 5; ++i) floor.update(true);
   CHECK(floor.scale() == 1.0);  // never below the minimum
 }
+
+TEST_CASE("the trainer's optimizer: updates overlapped with the next forward = updates in line, bit for bit",
+          "[optim][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA GPU: the overlapped update is checked on the GPU machine");
+    return;
+  }
+  // Three bf16 parameters in two forward groups (the first alone, then the other two), five
+  // clipped steps. After each step the "forward" fences group 0, reads it, fences the rest:
+  // what it reads must be the finished update, and the end state the in-line one's.
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(4);
+  auto a0 = torch::randn({512, 300}), b0 = torch::randn({1000, 64}), c0 = torch::randn({77});
+  const int64_t n = a0.numel() + b0.numel() + c0.numel();
+  auto g0 = torch::randn({n});
+  me::optim::OptimizerConfig cfg;
+  cfg.adam = {0.9, 0.95, 1e-8, 0.1};
+  cfg.clip = 0.5;
+  auto run = [&](bool overlap) {
+    auto a = a0.to(gpu, torch::kBFloat16), b = b0.to(gpu, torch::kBFloat16), c = c0.to(gpu, torch::kBFloat16);
+    std::vector<me::optim::MasterParam> params = {{a, true, true}, {b, true, true}, {c, false, true}};
+    auto grads = g0.to(gpu, /*non_blocking=*/false, /*copy=*/true);
+    me::optim::MasterOptimizer opt(params, grads, {0, a0.numel(), a0.numel() + b0.numel()}, cfg, nullptr, nullptr);
+    if (overlap) opt.overlap_with_next_forward({0, 1, 1});
+    std::vector<torch::Tensor> seen;
+    for (int k = 0; k < 5; ++k) {
+      opt.step(1e-2);
+      opt.fence(0);
+      seen.push_back(a.to(torch::kFloat).sum());  // read on the current stream right after the fence
+      opt.fence(1);
+      seen.push_back(b.to(torch::kFloat).sum() + c.to(torch::kFloat).sum());
+      grads.copy_(g0.to(gpu) * (1.0 + 0.1 * k));  // the next step's gradients, written after the fences
+    }
+    opt.fence_all();
+    return std::make_tuple(a.cpu(), b.cpu(), c.cpu(), torch::stack(seen).cpu());
+  };
+  const auto [a1, b1, c1, seen1] = run(false);
+  const auto [a2, b2, c2, seen2] = run(true);
+  CHECK(torch::equal(a1, a2));
+  CHECK(torch::equal(b1, b2));
+  CHECK(torch::equal(c1, c2));
+  CHECK(torch::equal(seen1, seen2));
+  CHECK((a2.to(torch::kFloat) - a0).abs().max().item<double>() > 1e-2);  // the weights did move
+}
