@@ -171,7 +171,6 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.grad_accumulation_fusion =
         field_boolean(L, t, "grad_accumulation_fusion", "parallel", p.grad_accumulation_fusion);
     p.tp_comm_overlap = field_boolean(L, t, "tp_comm_overlap", "parallel", p.tp_comm_overlap);
-    p.overlap_optimizer = field_boolean(L, t, "overlap_optimizer", "parallel", p.overlap_optimizer);
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "comm", "recipe")) {

@@ -321,9 +321,6 @@ MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>& entries) {
   }
   const auto chunks = make_chunks(table);
   num_chunks_ = static_cast<int64_t>(chunks.size());
-  first_chunk_.assign(table.size() + 1, num_chunks_);
-  for (int64_t c = num_chunks_; c-- > 0;) first_chunk_[static_cast<size_t>(chunks[c].tensor)] = c;
-  for (size_t k = table.size(); k-- > 0;) first_chunk_[k] = std::min(first_chunk_[k], first_chunk_[k + 1]);
   const auto device = entries.empty() ? torch::Device(torch::kCUDA) : entries.front().master.device();
   auto to_device = [&](const void* data, size_t bytes) {
     auto host = torch::empty({static_cast<int64_t>(bytes)}, torch::kUInt8);
@@ -343,11 +340,7 @@ torch::Tensor MultiTensorAdamW::grad_sum_squares() {
   return out_;
 }
 
-void MultiTensorAdamW::step(double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale,
-                            size_t first, size_t end, void* stream) {
-  end = std::min(end, first_chunk_.size() - 1);
-  if (first >= end) return;
-  const int64_t chunk0 = first_chunk_[first], chunks = first_chunk_[end] - chunk0;
+void MultiTensorAdamW::step(double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale) {
   AdamWStep s{};
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(beta1);
@@ -357,8 +350,7 @@ void MultiTensorAdamW::step(double lr, double beta1, double beta2, double eps, i
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, static_cast<double>(step))));
   s.grad_scale = static_cast<float>(grad_scale);
   kernels::adamw(reinterpret_cast<const OptimTensor*>(table_.data_ptr()),
-                 reinterpret_cast<const OptimChunk*>(chunks_.data_ptr()) + chunk0, chunks, s,
-                 stream ? stream : current_stream());
+                 reinterpret_cast<const OptimChunk*>(chunks_.data_ptr()), num_chunks_, s, current_stream());
 }
 
 #else  // built without the CUDA kernels: use() is false, so none of these is reached
@@ -390,9 +382,7 @@ torch::Tensor matmul_dgelu(const torch::Tensor&, const torch::Tensor&, const tor
 }
 MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }
 torch::Tensor MultiTensorAdamW::grad_sum_squares() { not_compiled("MultiTensorAdamW"); }
-void MultiTensorAdamW::step(double, double, double, double, int64_t, double, size_t, size_t, void*) {
-  not_compiled("MultiTensorAdamW");
-}
+void MultiTensorAdamW::step(double, double, double, double, int64_t, double) { not_compiled("MultiTensorAdamW"); }
 
 #endif
 

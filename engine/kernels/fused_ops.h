@@ -7,7 +7,6 @@
 #pragma once
 #include <torch/torch.h>
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -88,15 +87,12 @@ class MultiTensorAdamW {
   explicit MultiTensorAdamW(const std::vector<Entry>& entries);
   // Sum over in_norm entries of grad^2: an fp64 scalar tensor on the device (no sync).
   torch::Tensor grad_sum_squares();
-  // One AdamW step (step counts from 1), gradients multiplied by grad_scale first; over entries
-  // [first, end) only (default all), queued on `stream` (a cudaStream_t; null: the current one).
-  void step(double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale, size_t first = 0,
-            size_t end = SIZE_MAX, void* stream = nullptr);
+  // One AdamW step (step counts from 1), gradients multiplied by grad_scale first.
+  void step(double lr, double beta1, double beta2, double eps, int64_t step, double grad_scale);
 
  private:
   torch::Tensor table_, chunks_, partials_, out_;
   int64_t num_chunks_ = 0;
-  std::vector<int64_t> first_chunk_;  // entry k's chunks: [first_chunk_[k], first_chunk_[k + 1])
 };
 
 }  // namespace me::kernels

@@ -261,24 +261,10 @@ torch::Tensor TransformerImpl::embed(const torch::Tensor& tokens) {
   return x;
 }
 
-int64_t TransformerImpl::forward_group(const std::string& name) const {
-  if (name.rfind("embedding.", 0) == 0 || name.rfind("position.", 0) == 0) return 0;
-  if (name.rfind("blocks.", 0) == 0) return 1 + std::stoll(name.substr(7, name.find('.', 7) - 7));
-  return 1 + static_cast<int64_t>(blocks_->size());
-}
-
 torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
-  auto fence = [this](int64_t group) {
-    if (fence_) fence_(group);
-  };
-  if (stage_.first()) fence(0);
   Residual r{stage_.first() ? embed(input) : input, {}};
-  for (size_t k = 0; k < blocks_->size(); ++k) {
-    fence(1 + static_cast<int64_t>(k));
-    r = (*blocks_)[k]->as<Block>()->forward(r);
-  }
+  for (const auto& block : *blocks_) r = block->as<Block>()->forward(r);
   if (!stage_.last()) return r.sum();  // the next stage receives the stream itself
-  fence(1 + static_cast<int64_t>(blocks_->size()));
   auto x = final_norm_->add_forward(r.x, r.delta).y;
   // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
   return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);

@@ -109,13 +109,6 @@ class TransformerImpl : public torch::nn::Module {
   // embedding, whose gradients must be summed over the embedding group before the update.
   bool holds_shared_embedding() const;
 
-  // The order the forward first uses the parameters in, by parameter name: 0 the embeddings,
-  // 1 + k this stage's block k, then the final norm and output layer. With a fence set, the
-  // forward calls it with each group just before it reads that group's parameters (the
-  // optimizer's update of the previous step may still be running: MasterOptimizer::fence).
-  int64_t forward_group(const std::string& name) const;
-  void set_forward_fence(std::function<void(int64_t)> fence) { fence_ = std::move(fence); }
-
   const TransformerConfig& config() const { return cfg_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   int64_t local_parameter_count() const;
@@ -145,7 +138,6 @@ class TransformerImpl : public torch::nn::Module {
   parallel::Norm final_norm_{nullptr};
   parallel::ColumnParallelLinear output_{nullptr};  // untied head only
   std::map<std::string, parallel::ShardInfo> shards_;
-  std::function<void(int64_t)> fence_;
 };
 TORCH_MODULE(Transformer);
 

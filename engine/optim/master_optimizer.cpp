@@ -5,30 +5,7 @@
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 
-#if ME_TORCH_HAS_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <optional>
-#endif
-
 namespace me::optim {
-
-// The side stream and one event per parameter group: each group's update is queued there after
-// the gradients and the norm, and the forward waits for its event just before it needs the group.
-struct MasterOptimizer::Overlap {
-  bool usable = true;
-#if ME_TORCH_HAS_CUDA
-  std::optional<c10::cuda::CUDAStream> stream;
-  struct Group {
-    int64_t id;
-    size_t first, end;  // fused_'s entries [first, end)
-    std::shared_ptr<at::cuda::CUDAEvent> done = std::make_shared<at::cuda::CUDAEvent>();
-    bool pending = false;
-  };
-  std::vector<Group> groups;
-#endif
-};
 
 MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
                                  std::vector<int64_t> offsets, OptimizerConfig cfg, comm::ProcessGroup* model_parallel,
@@ -89,7 +66,6 @@ void MasterOptimizer::make_fused() {
     if (!shard && p.scalar_type() == torch::kBFloat16) e.model = p.detach().view({-1}).narrow(0, s.start, s.length);
     else if (!shard && p.scalar_type() != torch::kFloat) fused_writes_model_ = false;  // fp16: LibTorch's copy
     entries.push_back(std::move(e));
-    entry_param_.push_back(s.param);
   }
   fused_ = std::make_unique<kernels::MultiTensorAdamW>(entries);
 }
@@ -133,7 +109,6 @@ void MasterOptimizer::update(double lr, double clip) {
     return;
   }
   if (fused_) {  // engine/kernels: every tensor in one launch, clipping and write-back included
-    if (launch_overlapped(lr, clip)) return;
     fused_->step(lr, cfg_.adam.beta1, cfg_.adam.beta2, cfg_.adam.eps, steps_, clip);
     return;
   }
@@ -182,75 +157,6 @@ void MasterOptimizer::write_back() {
     auto& p = params_[s.param].param;
     if (p.scalar_type() != torch::kFloat) p.detach().view({-1}).narrow(0, s.start, s.length).copy_(s.master);
   }
-}
-
-void MasterOptimizer::overlap_with_next_forward(std::vector<int64_t> group_of_param) {
-  ME_CHECK(group_of_param.size() == params_.size(), "overlap_with_next_forward: ", group_of_param.size(),
-           " groups for ", params_.size(), " parameters");
-  group_of_param_ = std::move(group_of_param);
-}
-
-bool MasterOptimizer::launch_overlapped(double lr, double clip) {
-#if ME_TORCH_HAS_CUDA
-  if (group_of_param_.empty() || !fused_ || !fused_writes_model_ || (cfg_.distributed && dp_) ||
-      !flat_grads_.is_cuda())
-    return false;
-  const auto device = flat_grads_.device().index();
-  if (!overlap_) {
-    // Entries follow the parameters' order; a group must be one run of them, the runs ascending
-    // (else the forward's order is not the parameters': update in line).
-    overlap_ = std::make_unique<Overlap>();
-    auto& groups = overlap_->groups;
-    for (size_t k = 0; k < entry_param_.size() && overlap_->usable; ++k) {
-      const int64_t g = group_of_param_[entry_param_[k]];
-      if (!groups.empty() && groups.back().id == g) groups.back().end = k + 1;
-      else if (groups.empty() || groups.back().id < g) groups.push_back({g, k, k + 1});
-      else overlap_->usable = false;
-    }
-    overlap_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
-  }
-  if (!overlap_->usable) return false;
-  // The side stream starts after everything queued so far (the gradients, the norm).
-  at::cuda::CUDAEvent ready;
-  ready.record(c10::cuda::getCurrentCUDAStream(device));
-  ready.block(*overlap_->stream);
-  for (auto& g : overlap_->groups) {
-    fused_->step(lr, cfg_.adam.beta1, cfg_.adam.beta2, cfg_.adam.eps, steps_, clip, g.first, g.end,
-                 overlap_->stream->stream());
-    g.done->record(*overlap_->stream);
-    g.pending = true;
-  }
-  return true;
-#else
-  (void)lr;
-  (void)clip;
-  return false;
-#endif
-}
-
-void MasterOptimizer::fence(int64_t group) { wait_for(group, false); }
-
-void MasterOptimizer::fence_all() { wait_for(0, true); }
-
-void MasterOptimizer::wait_for(int64_t group, bool all) {
-#if ME_TORCH_HAS_CUDA
-  if (!overlap_) return;
-  for (auto& g : overlap_->groups)
-    if (g.pending && (all || g.id == group)) {
-      g.done->block(c10::cuda::getCurrentCUDAStream(flat_grads_.device().index()));
-      g.pending = false;
-    }
-#else
-  (void)group;
-  (void)all;
-#endif
-}
-
-MasterOptimizer::~MasterOptimizer() {
-#if ME_TORCH_HAS_CUDA
-  // The side stream may still be writing the parameters and state about to be freed.
-  if (overlap_ && overlap_->stream) overlap_->stream->synchronize();
-#endif
 }
 
 double MasterOptimizer::step(double lr) {

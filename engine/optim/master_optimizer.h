@@ -44,17 +44,6 @@ class MasterOptimizer {
   // gradient norm before clipping; a non-finite norm skips the update (returned as is).
   double step(double lr);
 
-  // Overlaps the update with what follows it, the next step's forward: parameters are updated
-  // group by group (group_of_param[i]: ascending in the order the forward first uses them) on a
-  // side stream; fence(g) makes the current stream wait for group g's update, fence_all() for
-  // all of them. Takes effect where the engine's fused AdamW updates the model's parameters
-  // itself (GPU, bf16 or fp32, masters not sharded); otherwise updates stay in line and the
-  // fences do nothing. Anything reading the parameters outside the forward calls fence_all().
-  void overlap_with_next_forward(std::vector<int64_t> group_of_param);
-  void fence(int64_t group);
-  void fence_all();
-  ~MasterOptimizer();
-
   // Bytes of fp32 masters and optimizer state held on this rank, and what an unsharded
   // optimizer would hold (for the distributed optimizer's saving).
   int64_t state_bytes() const { return state_bytes_; }
@@ -87,13 +76,6 @@ class MasterOptimizer {
   // refreshes the bf16 parameters itself, write_back has nothing left to do.
   std::unique_ptr<kernels::MultiTensorAdamW> fused_;
   bool fused_writes_model_ = false;
-  std::vector<size_t> entry_param_;  // fused_'s entry k updates params_[entry_param_[k]]
-  // overlap_with_next_forward: the groups' entry ranges, side stream and events (GPU only).
-  struct Overlap;
-  std::unique_ptr<Overlap> overlap_;
-  std::vector<int64_t> group_of_param_;
-  bool launch_overlapped(double lr, double clip);
-  void wait_for(int64_t group, bool all);
   int64_t state_bytes_ = 0, unsharded_bytes_ = 0;
 };
 

@@ -45,9 +45,6 @@ struct ParallelSpec {
   // Column-parallel layers' input-gradient all-reduce / reduce-scatter overlapped with their
   // weight-gradient GEMM (a side stream on the GPU); false: in line.
   bool tp_comm_overlap = true;
-  // The optimizer step runs on a side stream, layer by layer, overlapping the next step's
-  // forward, which waits for each layer's update just before using it (GPU, pp = 1).
-  bool overlap_optimizer = true;
 };
 
 struct CommSpec {

@@ -123,25 +123,12 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   optimizer_ = std::make_unique<optim::MasterOptimizer>(std::move(masters), grads_->flat(), offsets, ocfg,
                                                         groups_ ? groups_->model_parallel.get() : nullptr,
                                                         groups_ ? groups_->dp.get() : nullptr);
-  if (par.overlap_optimizer && model_->stage().whole()) {
-    std::vector<int64_t> order;
-    for (const auto& p : named) order.push_back(model_->forward_group(p.key()));
-    optimizer_->overlap_with_next_forward(std::move(order));
-    model_->set_forward_fence([opt = optimizer_.get()](int64_t group) { opt->fence(group); });
-  }
   pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr);
   flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(global_batch_) *
                          static_cast<double>(spec_.model.seq);
 }
 
-Trainer::~Trainer() {
-  model_->set_forward_fence(nullptr);  // the model may outlive the trainer (Lua holds it)
-}
-
-model::Transformer& Trainer::model() {
-  optimizer_->fence_all();  // the caller may read the parameters outside a forward
-  return model_;
-}
+Trainer::~Trainer() = default;
 
 bool Trainer::is_logging_rank() const { return !comm_ || comm_->rank() == 0; }
 
@@ -172,10 +159,7 @@ StepResult Trainer::step_async() {
 
   grads_->begin_step();
   PipelineSchedule::Hooks hooks;
-  hooks.before_backward = [&](int64_t, bool last) {
-    optimizer_->fence_all();  // the forward waited for every group; this covers any it skipped
-    grads_->begin_micro_batch(last);
-  };
+  hooks.before_backward = [&](int64_t, bool last) { grads_->begin_micro_batch(last); };
   hooks.after_backward = [&] {
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
   };

@@ -50,7 +50,7 @@ class Trainer {
   Summary run();      // steps until the end, logging and evaluating on the way
   std::string sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature);
 
-  model::Transformer& model();  // (after the last update has finished)
+  model::Transformer& model() { return model_; }
   const RunSpec& spec() const { return spec_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return data_->consumed_samples(); }
