@@ -35,7 +35,7 @@ struct alignas(sizeof(T) * N) Vec {
 template <typename T>
 constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 

@@ -33,28 +33,67 @@ __global__ void sum_partials_kernel(const double* __restrict__ partials, int64_t
   if (threadIdx.x == 0) out[0] = acc;
 }
 
+struct AdamWUpdate {
+  float decay, step_size;
+  const AdamWStep& s;
+  // One element: returns the new master; m and v updated in place.
+  __device__ __forceinline__ float operator()(float g, float& m, float& v, float p) const {
+    g *= s.grad_scale;
+    p *= decay;
+    m = s.beta1 * m + (1.f - s.beta1) * g;
+    v = s.beta2 * v + (1.f - s.beta2) * g * g;
+    const float denom = sqrtf(v) / s.bias_correction2_sqrt + s.eps;
+    return p - step_size * m / denom;
+  }
+};
+
+__device__ __forceinline__ uint16_t bf16_bits(float x) {
+  const __nv_bfloat16 b = __float2bfloat16(x);
+  return *reinterpret_cast<const uint16_t*>(&b);
+}
+
+// Four elements per thread and 16-byte accesses where the chunk's tensors allow it (every
+// parameter whose size and offsets are multiples of 4: all of a transformer's matrices), one
+// at a time for the rest: the kernel moves 30 bytes per element and reaches ~91% of the copy
+// bandwidth with 4-byte accesses alone.
 __global__ void adamw_kernel(const OptimTensor* __restrict__ tensors, const OptimChunk* __restrict__ chunks,
                              AdamWStep s) {
   const OptimChunk c = chunks[blockIdx.x];
   const OptimTensor t = tensors[c.tensor];
   const int64_t end = min(c.start + kOptimChunkElems, t.numel);
-  const float decay = 1.f - s.lr * t.weight_decay;
-  const float step_size = s.lr / s.bias_correction1;
-  for (int64_t i = c.start + threadIdx.x; i < end; i += blockDim.x) {
-    const float g = t.grad[i] * s.grad_scale;
-    float m = t.exp_avg[i], v = t.exp_avg_sq[i], p = t.master[i];
-    p *= decay;
-    m = s.beta1 * m + (1.f - s.beta1) * g;
-    v = s.beta2 * v + (1.f - s.beta2) * g * g;
-    const float denom = sqrtf(v) / s.bias_correction2_sqrt + s.eps;
-    p -= step_size * m / denom;
+  const AdamWUpdate update{1.f - s.lr * t.weight_decay, s.lr / s.bias_correction1, s};
+  int64_t tail = c.start;
+  const bool vec = detail::aligned16(t.master + c.start) && detail::aligned16(t.grad + c.start) &&
+                   detail::aligned16(t.exp_avg + c.start) && detail::aligned16(t.exp_avg_sq + c.start) &&
+                   (!t.model_bf16 || reinterpret_cast<uintptr_t>(t.model_bf16 + c.start) % 8 == 0);
+  if (vec) {
+    const int64_t quads = (end - c.start) / 4;
+    for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
+      const int64_t i = c.start + 4 * q;
+      const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
+      float4 m = *reinterpret_cast<const float4*>(t.exp_avg + i), v = *reinterpret_cast<const float4*>(t.exp_avg_sq + i),
+             p = *reinterpret_cast<const float4*>(t.master + i);
+      p.x = update(g.x, m.x, v.x, p.x);
+      p.y = update(g.y, m.y, v.y, p.y);
+      p.z = update(g.z, m.z, v.z, p.z);
+      p.w = update(g.w, m.w, v.w, p.w);
+      *reinterpret_cast<float4*>(t.exp_avg + i) = m;
+      *reinterpret_cast<float4*>(t.exp_avg_sq + i) = v;
+      *reinterpret_cast<float4*>(t.master + i) = p;
+      if (t.model_bf16) {
+        const uint2 b{bf16_bits(p.x) | uint32_t(bf16_bits(p.y)) << 16, bf16_bits(p.z) | uint32_t(bf16_bits(p.w)) << 16};
+        *reinterpret_cast<uint2*>(t.model_bf16 + i) = b;
+      }
+    }
+    tail = c.start + 4 * quads;
+  }
+  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+    float m = t.exp_avg[i], v = t.exp_avg_sq[i];
+    const float p = update(t.grad[i], m, v, t.master[i]);
     t.exp_avg[i] = m;
     t.exp_avg_sq[i] = v;
     t.master[i] = p;
-    if (t.model_bf16) {
-      const __nv_bfloat16 b = __float2bfloat16(p);
-      t.model_bf16[i] = *reinterpret_cast<const uint16_t*>(&b);
-    }
+    if (t.model_bf16) t.model_bf16[i] = bf16_bits(p);
   }
 }
 
