@@ -111,6 +111,22 @@ RowLayout fused_layout(const torch::Tensor& t5, int64_t rep) {
 // The kernel's table pointer: empty tables mean no rotation.
 const float* table(const torch::Tensor& t) { return t.numel() > 0 ? t.data_ptr<float>() : nullptr; }
 
+// A gradient arriving as [b, heads, s, d] (in whatever layout attention's backward made) as
+// rows [b, s, heads, d] with the last dimension contiguous, for the rotary kernel.
+torch::Tensor as_rows(const torch::Tensor& g) {
+  auto r = g.transpose(1, 2);
+  return r.stride(-1) == 1 ? r : r.contiguous();
+}
+
+// Rows [b, s, heads, d] (heads = groups x rep) into their slots of the fused QKV gradient
+// dx5 [b, s, groups, rep + 2, d] starting at `slot`, rotated back with tables (null: copied).
+// The rotary kernel moves 16 bytes per access where LibTorch's strided copy_ moves 2.
+void rows_into_fused(const torch::Tensor& rows, int64_t groups, int64_t rep, torch::Tensor& dx5, int64_t slot,
+                     const float* cos_half, const float* sin_half) {
+  rotary(dtype_of(rows), rows.data_ptr(), heads_layout(rows, groups, rep), dx5.select(3, slot).data_ptr(),
+         fused_layout(dx5, rep), rows.size(-1), cos_half, sin_half, /*inverse=*/true, current_stream());
+}
+
 struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& qkv, int64_t groups, int64_t rep,
                                int64_t d, const torch::Tensor& cos_half, const torch::Tensor& sin_half) {
@@ -139,17 +155,9 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
     const int64_t groups = shape[2], rep = shape[3] - 2, d = shape[4];
     auto dx5 = torch::empty(shape, grads[0].options());
     const float *cs = table(saved[0]), *sn = table(saved[1]);
-    // Gradients arrive as [b, heads, s, d] in whatever layout attention's backward made.
-    auto rows = [](const torch::Tensor& g) {
-      auto r = g.transpose(1, 2);
-      return r.stride(-1) == 1 ? r : r.contiguous();
-    };
-    auto dq = rows(grads[0]), dk = rows(grads[1]);
-    rotary(dtype_of(dq), dq.data_ptr(), heads_layout(dq, groups, rep), dx5.data_ptr(), fused_layout(dx5, rep), d, cs,
-           sn, /*inverse=*/true, current_stream());
-    rotary(dtype_of(dk), dk.data_ptr(), heads_layout(dk, groups, 1), dx5.select(3, rep).data_ptr(),
-           fused_layout(dx5, 1), d, cs, sn, true, current_stream());
-    dx5.select(3, rep + 1).copy_(grads[2].transpose(1, 2));
+    rows_into_fused(as_rows(grads[0]), groups, rep, dx5, 0, cs, sn);
+    rows_into_fused(as_rows(grads[1]), groups, 1, dx5, rep, cs, sn);
+    rows_into_fused(as_rows(grads[2]), groups, 1, dx5, rep + 1, nullptr, nullptr);
     return {dx5.view({shape[0], shape[1], -1}), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }
@@ -170,6 +178,7 @@ struct AddNormFn : public torch::autograd::Function<AddNormFn> {
                      sum.data_ptr(), y.data_ptr(), rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(), rows,
                      hidden, static_cast<float>(eps), current_stream());
     ctx->save_for_backward({sum, mean, rstd, w});
+    ctx->set_materialize_grads(false);
     ctx->saved_data["rms"] = rms;
     ctx->saved_data["bias"] = b.defined();
     return {sum, y};
@@ -178,8 +187,10 @@ struct AddNormFn : public torch::autograd::Function<AddNormFn> {
     const auto saved = ctx->get_saved_variables();
     const auto &sum = saved[0], &mean = saved[1], &rstd = saved[2], &w = saved[3];
     const bool rms = ctx->saved_data["rms"].toBool(), has_bias = ctx->saved_data["bias"].toBool();
-    // Never undefined: LibTorch materialises an unused output's gradient (the final norm's sum) as zeros.
-    const auto d_sum = grads[0].contiguous(), d_y = grads[1].contiguous();
+    // An unused output's gradient stays undefined (set_materialize_grads(false)): the final
+    // norm's sum has none, which the kernel takes as no grad_sum rather than a zero-filled one.
+    const auto d_sum = grads[0].defined() ? grads[0].contiguous() : torch::Tensor();
+    const auto d_y = grads[1].defined() ? grads[1].contiguous() : torch::zeros_like(saved[0]);
     const int64_t hidden = sum.size(-1), rows = sum.numel() / hidden;
     auto grad_in = torch::empty_like(sum);
     auto stats = sum.options().dtype(torch::kFloat);
@@ -187,7 +198,7 @@ struct AddNormFn : public torch::autograd::Function<AddNormFn> {
     auto make = [&] { return rows == 0 ? torch::zeros({hidden}, stats) : torch::empty({hidden}, stats); };
     auto gw = make(), gb = has_bias ? make() : torch::Tensor();
     auto scratch = torch::empty({add_norm_scratch_floats(rows, hidden)}, stats);
-    add_norm_backward(dtype_of(sum), rms, d_y.data_ptr(), d_sum.data_ptr(), sum.data_ptr(),
+    add_norm_backward(dtype_of(sum), rms, d_y.data_ptr(), d_sum.defined() ? d_sum.data_ptr() : nullptr, sum.data_ptr(),
                       rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr(), grad_in.data_ptr(),
                       gw.data_ptr<float>(), has_bias ? gb.data_ptr<float>() : nullptr, scratch.data_ptr<float>(), rows,
                       hidden, current_stream());
@@ -212,7 +223,8 @@ struct QKVViewsFn : public torch::autograd::Function<QKVViewsFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto shape = ctx->saved_data["shape"].toIntVector();  // [b, s, heads, 3, d]
     auto dx5 = torch::empty(shape, grads[0].options());
-    for (int64_t i = 0; i < 3; ++i) dx5.select(3, i).copy_(grads[static_cast<size_t>(i)].transpose(1, 2));
+    for (int64_t i = 0; i < 3; ++i)
+      rows_into_fused(as_rows(grads[static_cast<size_t>(i)]), shape[2], 1, dx5, i, nullptr, nullptr);
     return {dx5.view({shape[0], shape[1], -1}), torch::Tensor(), torch::Tensor()};
   }
 };

@@ -119,6 +119,9 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
   static variable_list forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t input_tp, bool gelu) {
     ctx->saved_data["sink"] = sink;
     ctx->saved_data["tp"] = input_tp;
+    // gelu(pre) never has a gradient: without this LibTorch would zero-fill one for it, a full
+    // [tokens, 4h] pass per layer.
+    ctx->set_materialize_grads(false);
     const auto* tp = reinterpret_cast<const TensorParallel*>(input_tp);
     auto x = tp && tp->sequence_parallel ? all_gather_dim(in[0], 1, *tp->group) : in[0];
     auto saved = in.vec();
@@ -140,6 +143,8 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     const auto b = saved.size() > 2 ? saved[2] : torch::Tensor();
     auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
     const auto* tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["tp"].toInt());
+    const size_t inputs = saved.size() + 3;  // the tensors, sink, tp, gelu
+    if (!grads[0].defined()) return variable_list(inputs);  // nothing flowed back
     auto dy = grads[0].reshape({-1, w.size(0)});
     auto dx = dy.mm(w).view(x.sizes());
     std::function<void()> join = [] {};
