@@ -107,6 +107,14 @@ std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, co
   return {dw, db};
 }
 
+// {x w^T + b, gelu of it} from one GEMM (cuBLASLt's epilogue), or composed where cuBLASLt offers
+// no kernel for the shape.
+kernels::Activated gelu_epilogue(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (auto a = kernels::linear_gelu(x, w, b); a.pre.defined()) return a;
+  auto pre = linear_bias(x, w, b);
+  return {pre, torch::gelu(pre, "tanh")};
+}
+
 // y = x w^T + b whose weight gradients go through weight_grads (gradient-accumulation fusion).
 // With a tensor-parallel group (a column-parallel layer's input): forward all-gathers the
 // sequence first under sequence parallelism; backward reduces the input gradient over TP
@@ -129,11 +137,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     ctx->save_for_backward(saved);
     const auto b = in.size() > 2 ? in[2] : torch::Tensor();
     if (!gelu) return {linear_bias(x, in[1], b)};
-    auto a = kernels::linear_gelu(x, in[1], b);
-    if (!a.pre.defined()) {  // cuBLASLt offered no kernel for the shape
-      a.pre = linear_bias(x, in[1], b);
-      a.out = torch::gelu(a.pre, "tanh");
-    }
+    auto a = gelu_epilogue(x, in[1], b);
     ctx->mark_non_differentiable({a.out});
     return {a.pre, a.out};
   }
@@ -209,12 +213,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                                MainGradSink* sink, const TensorParallel* input_tp) {
   if (input_tp && !input_tp->active()) input_tp = nullptr;
-  if (!torch::GradMode::is_enabled() || !w.requires_grad()) {
-    const auto in = tp_input(x, input_tp);
-    if (auto a = kernels::linear_gelu(in, w, b); a.pre.defined()) return a;
-    auto pre = linear_bias(in, w, b);
-    return {pre, torch::gelu(pre, "tanh")};
-  }
+  if (!torch::GradMode::is_enabled() || !w.requires_grad()) return gelu_epilogue(tp_input(x, input_tp), w, b);
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   auto out = LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
                                    reinterpret_cast<int64_t>(input_tp), true);
