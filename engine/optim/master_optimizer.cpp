@@ -8,63 +8,60 @@
 namespace me::optim {
 
 MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
-                                 std::vector<int64_t> offsets, OptimizerConfig cfg, comm::ProcessGroup* model_parallel,
-                                 comm::ProcessGroup* dp)
-    : params_(std::move(params)), flat_grads_(flat_grads), offsets_(std::move(offsets)), cfg_(cfg),
-      model_parallel_(model_parallel && model_parallel->size() > 1 ? model_parallel : nullptr), dp_(dp && dp->size() > 1 ? dp : nullptr) {
+                                 FlatLayout layout, OptimizerConfig cfg, comm::ProcessGroup* model_parallel,
+                                 comm::ProcessGroup* dp, const torch::Tensor& flat_params)
+    : params_(std::move(params)), flat_grads_(flat_grads), flat_params_(flat_params), layout_(std::move(layout)),
+      cfg_(cfg), model_parallel_(model_parallel && model_parallel->size() > 1 ? model_parallel : nullptr),
+      dp_(dp && dp->size() > 1 ? dp : nullptr) {
   ME_CHECK(cfg_.kind == "adamw" || cfg_.kind == "sgd", "optimizer kind '", cfg_.kind, "': expected adamw or sgd");
   ME_CHECK(cfg_.clip >= 0, "optimizer.clip must be >= 0 (0 turns clipping off), got ", cfg_.clip);
   cfg_.adam.validate();
-  const int64_t dp_size = dp_ ? dp_->size() : 1, dp_rank = dp_ ? dp_->rank() : 0;
-  const int64_t flat = flat_grads_.numel();
-  const bool shard = cfg_.distributed && dp_;
-  shard_size_ = shard ? flat / dp_size : flat;
-  shard_start_ = shard ? shard_size_ * dp_rank : 0;
-  if (shard) master_shard_ = torch::zeros({shard_size_}, flat_grads_.options());
+  ME_CHECK(layout_.offsets.size() == params_.size() && layout_.numel == flat_grads_.numel(),
+           "optimizer: the flat layout does not match the parameters and the gradient buffer");
+  const bool shard = sharded();
+  ME_CHECK(!shard || (flat_params_.defined() && flat_params_.numel() == layout_.numel),
+           "the distributed optimizer needs the parameters in a flat buffer laid out like the gradients");
+  shard_ = shard ? layout_.shard(dp_->rank(), dp_->size()) : layout_.buckets;
 
   torch::NoGradGuard no_grad;
   int64_t total = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& p = params_[i].param;
-    total += p.numel();
-    // The part of parameter i that falls inside this rank's shard of the flat buffer.
-    const int64_t lo = std::max(offsets_[i], shard_start_), hi = std::min(offsets_[i] + p.numel(), shard_start_ + shard_size_);
-    if (hi <= lo) continue;
-    Segment s{i, lo - offsets_[i], hi - lo, {}, {}, {}, {}};
-    auto flat_param = p.detach().reshape({-1}).narrow(0, s.start, s.length);
-    if (shard) {
-      s.master = master_shard_.narrow(0, lo - shard_start_, s.length);
-      s.master.copy_(flat_param);
-    } else if (p.scalar_type() == torch::kFloat) {
-      s.master = p.detach().reshape({-1});  // fp32 training: the parameter is its own master
-    } else {
-      s.master = flat_param.to(torch::kFloat);  // bf16 training: an fp32 copy
+  for (const auto& mp : params_) total += mp.param.numel();
+  // One segment per piece of a parameter inside one of this rank's ranges (the whole parameter
+  // when nothing is sharded).
+  for (const auto& r : shard_)
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& p = params_[i].param;
+      const int64_t lo = std::max(layout_.offsets[i], r.start),
+                    hi = std::min(layout_.offsets[i] + p.numel(), r.start + r.length);
+      if (hi <= lo) continue;
+      Segment s{i, lo - layout_.offsets[i], hi - lo, {}, {}, {}, {}};
+      auto model = p.detach().reshape({-1}).narrow(0, s.start, s.length);
+      // fp32 training: the parameter is its own master; bf16/fp16: an fp32 copy.
+      s.master = p.scalar_type() == torch::kFloat ? model : model.to(torch::kFloat);
+      s.grad = flat_grads_.narrow(0, lo, s.length);
+      s.m = torch::zeros_like(s.master);
+      if (cfg_.kind == "adamw") s.v = torch::zeros_like(s.master);
+      segments_.push_back(std::move(s));
     }
-    s.grad = flat_grads_.narrow(0, lo, s.length);
-    s.m = torch::zeros_like(s.master);
-    if (cfg_.kind == "adamw") s.v = torch::zeros_like(s.master);
-    segments_.push_back(std::move(s));
-  }
   const int64_t per_elem = cfg_.kind == "adamw" ? 8 : 4;  // moments
+  const bool own_masters = !params_.empty() && params_.front().param.scalar_type() != torch::kFloat;
   int64_t held = 0;
   for (const auto& s : segments_) held += s.length;
-  const bool own_masters = shard || params_.empty() || params_.front().param.scalar_type() != torch::kFloat;
   state_bytes_ = held * (per_elem + (own_masters ? 4 : 0));
-  unsharded_bytes_ = total * (per_elem + (params_.empty() || params_.front().param.scalar_type() == torch::kFloat ? 0 : 4));
+  unsharded_bytes_ = total * (per_elem + (own_masters ? 4 : 0));
 }
 
 void MasterOptimizer::make_fused() {
   if (fused_ || cfg_.kind != "adamw" || !kernels::use(kernels::Op::adamw, flat_grads_)) return;
-  const bool shard = cfg_.distributed && dp_;
   std::vector<kernels::MultiTensorAdamW::Entry> entries;
-  fused_writes_model_ = !shard;
+  fused_writes_model_ = true;
   for (auto& s : segments_) {
     const auto& p = params_[s.param].param;
     kernels::MultiTensorAdamW::Entry e{s.master, s.grad, s.m, s.v, {},
                                        params_[s.param].decay ? cfg_.adam.weight_decay : 0.0,
                                        params_[s.param].count_in_norm};
-    if (!shard && p.scalar_type() == torch::kBFloat16) e.model = p.detach().view({-1}).narrow(0, s.start, s.length);
-    else if (!shard && p.scalar_type() != torch::kFloat) fused_writes_model_ = false;  // fp16: LibTorch's copy
+    if (p.scalar_type() == torch::kBFloat16) e.model = p.detach().view({-1}).narrow(0, s.start, s.length);
+    else if (p.scalar_type() != torch::kFloat) fused_writes_model_ = false;  // fp16: LibTorch's copy
     entries.push_back(std::move(e));
   }
   fused_ = std::make_unique<kernels::MultiTensorAdamW>(entries);
@@ -86,7 +83,7 @@ double MasterOptimizer::global_norm() {
         sq += at::linalg_vector_norm(s.grad, 2, c10::nullopt, false, torch::kDouble).square();
   }
   if (model_parallel_) model_parallel_->all_reduce(sq, comm::ReduceOp::sum);
-  if (cfg_.distributed && dp_) dp_->all_reduce(sq, comm::ReduceOp::sum);
+  if (sharded()) dp_->all_reduce(sq, comm::ReduceOp::sum);
   return std::sqrt(sq.item<double>());
 }
 
@@ -141,22 +138,22 @@ void MasterOptimizer::update(double lr, double clip) {
 }
 
 void MasterOptimizer::write_back() {
-  if (cfg_.distributed && dp_) {
-    // Every rank updated its shard: gather the whole flat parameter vector, then scatter it
-    // into the model's parameters.
-    auto full = torch::empty({shard_size_ * dp_->size()}, master_shard_.options());
-    dp_->all_gather(full, master_shard_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto& p = params_[i].param;
-      p.detach().view({-1}).copy_(full.narrow(0, offsets_[i], p.numel()));
+  if (!(fused_ && fused_writes_model_))
+    for (auto& s : segments_) {
+      auto& p = params_[s.param].param;
+      if (p.scalar_type() != torch::kFloat) p.detach().view({-1}).narrow(0, s.start, s.length).copy_(s.master);
     }
-    return;
+  if (!sharded()) return;
+  // Every rank updated its piece of each bucket (inside the flat parameter buffer the model's
+  // parameters are views of): gather the pieces in place, bucket by bucket.
+  // Started together (NCCL queues them on this stream; Gloo runs them in the background).
+  std::vector<comm::WorkPtr> works;
+  for (const auto& b : layout_.buckets) {
+    auto bucket = flat_params_.narrow(0, b.start, b.length);
+    auto piece = bucket.narrow(0, b.length / dp_->size() * dp_->rank(), b.length / dp_->size());
+    works.push_back(dp_->all_gather(bucket, piece, /*async=*/true));
   }
-  if (fused_ && fused_writes_model_) return;
-  for (auto& s : segments_) {
-    auto& p = params_[s.param].param;
-    if (p.scalar_type() != torch::kFloat) p.detach().view({-1}).narrow(0, s.start, s.length).copy_(s.master);
-  }
+  for (auto& w : works) w->wait();
 }
 
 double MasterOptimizer::step(double lr) {

@@ -1,7 +1,8 @@
 // The optimizer over fp32 master weights, as Megatron's mixed-precision and distributed
 // optimizers arrange it. Masters are the fp32 parameters themselves (fp32 training), fp32
 // copies (bf16 training), or with the distributed optimizer (ZeRO-1) only this data-parallel
-// rank's contiguous shard of all of them, with the Adam state of that shard alone.
+// rank's shard of all of them (its piece of every gradient bucket, see FlatLayout), with the
+// Adam state of that shard alone.
 #pragma once
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 #include "engine/comm/process_group.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/optim/adamw.h"
+#include "engine/optim/flat_layout.h"
 
 namespace me::optim {
 
@@ -33,12 +35,14 @@ struct OptimizerConfig {
 
 class MasterOptimizer {
  public:
-  // `flat_grads` is the data-parallel gradient buffer (GradBuffer::flat), with param i at
-  // `offsets[i]`; under the distributed optimizer only [shard_start, shard_start + shard_size)
-  // is reduced. model_parallel (the TP x PP ranks holding one copy of the model, over which
-  // the gradient norm is summed) and dp may be null.
-  MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads, std::vector<int64_t> offsets,
-                  OptimizerConfig cfg, comm::ProcessGroup* model_parallel, comm::ProcessGroup* dp);
+  // `flat_grads` is the data-parallel gradient buffer (GradBuffer::flat) laid out as `layout`;
+  // under the distributed optimizer only this rank's shard of it is reduced, and `flat_params`
+  // (GradBuffer::adopt_params) holds the parameters in the same layout, so that the updated
+  // shards are all-gathered in place. model_parallel (the TP x PP ranks holding one copy of the
+  // model, over which the gradient norm is summed) and dp may be null.
+  MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads, FlatLayout layout,
+                  OptimizerConfig cfg, comm::ProcessGroup* model_parallel, comm::ProcessGroup* dp,
+                  const torch::Tensor& flat_params = {});
 
   // Clips, steps at `lr` and writes the new weights into the model's parameters. Returns the
   // gradient norm before clipping; a non-finite norm skips the update (returned as is).
@@ -50,6 +54,7 @@ class MasterOptimizer {
   int64_t unsharded_state_bytes() const { return unsharded_bytes_; }
 
  private:
+  bool sharded() const { return cfg_.distributed && dp_ != nullptr; }
   void make_fused();
   double global_norm();
   // `clip`: the factor the gradients are scaled by (1: not clipped).
@@ -57,8 +62,8 @@ class MasterOptimizer {
   void write_back();
 
   std::vector<MasterParam> params_;
-  torch::Tensor flat_grads_;
-  std::vector<int64_t> offsets_;
+  torch::Tensor flat_grads_, flat_params_;
+  FlatLayout layout_;
   OptimizerConfig cfg_;
   comm::ProcessGroup *model_parallel_, *dp_;
   // One entry per master tensor: a whole parameter, or the piece of it inside this shard.
@@ -68,8 +73,7 @@ class MasterOptimizer {
     torch::Tensor master, grad, m, v;
   };
   std::vector<Segment> segments_;
-  torch::Tensor master_shard_;  // distributed: this rank's fp32 masters, flat
-  int64_t shard_start_ = 0, shard_size_ = 0;
+  std::vector<FlatRange> shard_;  // the ranges of the flat buffers this rank updates
   int64_t steps_ = 0;
   torch::Tensor step_count_, grad_divisor_;  // device scalars for LibTorch's fused AdamW kernel
   // engine/kernels' multi-tensor norm and AdamW (GPU, adamw): made at the first step; when it

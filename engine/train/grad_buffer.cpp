@@ -17,23 +17,32 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
   dp_size_ = dp_ ? dp_->size() : 1;
   dp_rank_ = dp_ ? dp_->rank() : 0;
   // Buckets are filled in reverse parameter order: backward produces the last layers' grads
-  // first, so the first buckets complete (and start communicating) earliest.
+  // first, so the first buckets complete (and start communicating) earliest. Reduce-scattered
+  // buckets are padded to a multiple of the dp size, so that each rank's piece is whole.
   const int64_t bucket_elems = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
-  int64_t total = 0;
-  offsets_.resize(params_.size());
+  const int64_t align = shard_reduce_ ? dp_size_ : 1;
+  auto& l = layout_;
+  auto close_bucket = [&] {
+    auto& last = l.buckets.back();
+    last.length = (last.length + align - 1) / align * align;
+    l.numel = last.start + last.length;
+  };
+  l.offsets.resize(params_.size());
   written_.assign(params_.size(), 0);
   bucket_of_.resize(params_.size());
   for (size_t k = params_.size(); k-- > 0;) {
-    offsets_[k] = total;
-    if (buckets_.empty() || buckets_.back().length >= bucket_elems) buckets_.push_back({total, 0});
-    buckets_.back().length += params_[k].numel();
+    if (l.buckets.empty() || l.buckets.back().length >= bucket_elems) {
+      if (!l.buckets.empty()) close_bucket();
+      l.buckets.push_back({l.numel, 0});
+      buckets_.emplace_back();
+    }
+    l.offsets[k] = l.numel + l.buckets.back().length;
+    l.buckets.back().length += params_[k].numel();
     buckets_.back().size += 1;
     bucket_of_[k] = buckets_.size() - 1;
-    total += params_[k].numel();
   }
-  const int64_t padded = (total + dp_size_ - 1) / dp_size_ * dp_size_;
-  flat_ = torch::zeros({padded}, torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device()));
-  if (padded > total) buckets_.back().length += padded - total;  // the padding travels with the last bucket
+  close_bucket();
+  flat_ = torch::zeros({l.numel}, torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device()));
 
   std::weak_ptr<bool> alive = alive_;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -47,7 +56,35 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
 
 GradBuffer::~GradBuffer() { *alive_ = false; }
 
-torch::Tensor GradBuffer::view(size_t i) const { return flat_.narrow(0, offsets_[i], params_[i].numel()).view_as(params_[i]); }
+torch::Tensor GradBuffer::view(size_t i) const {
+  return flat_.narrow(0, layout_.offsets[i], params_[i].numel()).view_as(params_[i]);
+}
+
+std::vector<torch::Tensor> GradBuffer::reduced_views(size_t i) const {
+  if (!dp_ || !shard_reduce_) return {view(i)};
+  const int64_t lo = layout_.offsets[i], hi = lo + params_[i].numel();
+  std::vector<torch::Tensor> out;
+  for (const auto& r : layout_.shard(dp_rank_, dp_size_)) {
+    const int64_t a = std::max(lo, r.start), b = std::min(hi, r.start + r.length);
+    if (a < b) out.push_back(flat_.narrow(0, a, b - a));
+  }
+  return out;
+}
+
+void GradBuffer::defer(size_t i) { buckets_[bucket_of_[i]].deferred = true; }
+
+torch::Tensor GradBuffer::adopt_params() {
+  torch::NoGradGuard no_grad;
+  auto flat = torch::zeros({layout_.numel}, params_.front().options().requires_grad(false));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ME_CHECK(params_[i].scalar_type() == flat.scalar_type(), "the distributed optimizer needs every parameter in one ",
+             "dtype; parameter ", i, " is ", params_[i].scalar_type(), ", the first ", flat.scalar_type());
+    auto v = flat.narrow(0, layout_.offsets[i], params_[i].numel()).view_as(params_[i]);
+    v.copy_(params_[i]);
+    params_[i].set_data(v);  // same TensorImpl (hooks, index_ stay valid), new storage
+  }
+  return flat;
+}
 
 void GradBuffer::begin_step() { std::fill(written_.begin(), written_.end(), 0); }
 
@@ -78,47 +115,54 @@ void GradBuffer::arrived(size_t i) {
   auto& b = buckets_[bucket_of_[i]];
   ME_CHECK(b.pending > 0, "gradient buffer: parameter ", i, " reported its gradient twice in one micro-batch ",
            "(a weight shared by two fused linear layers?)");
-  if (--b.pending == 0 && last_ && dp_ && !shard_reduce_) {
-    auto slice = flat_.narrow(0, b.start, b.length);
-#if ME_TORCH_HAS_CUDA
-    if (flat_.is_cuda()) {
-      // On a side stream, so the rest of backward runs meanwhile; that stream first waits for
-      // everything queued so far on this one (the bucket's gradients). finish() makes the
-      // compute stream wait for the reductions.
-      if (!comm_stream_)
-        comm_stream_ = std::make_shared<c10::cuda::CUDAStream>(
-            c10::cuda::getStreamFromPool(/*isHighPriority=*/true, flat_.device().index()));
-      at::cuda::CUDAEvent ready;
-      ready.record();
-      ready.block(*comm_stream_);
-      c10::cuda::CUDAStreamGuard guard(*comm_stream_);
-      b.work = dp_->all_reduce(slice, comm::ReduceOp::avg, /*async=*/true);
-      return;
-    }
-#endif
-    b.work = dp_->all_reduce(slice, comm::ReduceOp::avg, /*async=*/true);
-  }
+  if (--b.pending == 0 && last_ && dp_ && !b.deferred) reduce(bucket_of_[i]);
 }
 
-void GradBuffer::finish() {
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (!written_[i]) view(i).zero_();  // unused this step (its bucket is reduced below)
-  if (!dp_) return;
-  if (shard_reduce_) {
-    auto shard = flat_.narrow(0, shard_start(), shard_size());
-    auto reduced = torch::empty_like(shard);
-    dp_->reduce_scatter(reduced, flat_, comm::ReduceOp::avg);
-    shard.copy_(reduced);
+void GradBuffer::reduce(size_t k) {
+  auto& b = buckets_[k];
+  const auto& r = layout_.buckets[k];
+  auto slice = flat_.narrow(0, r.start, r.length);
+  auto start = [&] {
+    if (!shard_reduce_) return dp_->all_reduce(slice, comm::ReduceOp::avg, /*async=*/true);
+    // In place: this rank's piece of the bucket receives the average of everyone's.
+    auto piece = slice.narrow(0, r.length / dp_size_ * dp_rank_, r.length / dp_size_);
+    return dp_->reduce_scatter(piece, slice, comm::ReduceOp::avg, /*async=*/true);
+  };
+#if ME_TORCH_HAS_CUDA
+  if (flat_.is_cuda()) {
+    // On a side stream, so the rest of backward runs meanwhile; that stream first waits for
+    // everything queued so far on this one (the bucket's gradients). finish() makes the
+    // compute stream wait for the reductions.
+    if (!comm_stream_)
+      comm_stream_ = std::make_shared<c10::cuda::CUDAStream>(
+          c10::cuda::getStreamFromPool(/*isHighPriority=*/true, flat_.device().index()));
+    at::cuda::CUDAEvent ready;
+    ready.record();
+    ready.block(*comm_stream_);
+    c10::cuda::CUDAStreamGuard guard(*comm_stream_);
+    b.work = start();
     return;
   }
-  for (auto& b : buckets_) {
-    if (!b.work) {  // a bucket whose params got no gradient: reduce it now
-      auto slice = flat_.narrow(0, b.start, b.length);
-      b.work = dp_->all_reduce(slice, comm::ReduceOp::avg, true);
-    }
-    b.work->wait();
-    b.work.reset();
-  }
+#endif
+  b.work = start();
+}
+
+void GradBuffer::finish(const std::function<void()>& before_deferred) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!written_[i]) view(i).zero_();  // unused this step (its bucket is reduced below)
+  auto reduce_all = [&](bool deferred) {
+    if (!dp_) return;
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      if (buckets_[k].deferred == deferred && !buckets_[k].work) reduce(k);  // one whose params got no gradient
+    for (auto& b : buckets_)
+      if (b.deferred == deferred) {
+        b.work->wait();
+        b.work.reset();
+      }
+  };
+  reduce_all(false);
+  if (before_deferred) before_deferred();
+  reduce_all(true);
 }
 
 }  // namespace me::train

@@ -3,14 +3,18 @@
 // dtype), split into buckets that are averaged over the data-parallel group as soon as their
 // last gradient of the last micro-batch arrives, overlapping with the rest of backward. Linear
 // layers attached to it (parallel::attach_main_grads) write their weight gradients in directly.
+// Under the distributed optimizer the buckets are reduce-scattered instead, each as soon as it
+// is complete: every rank keeps the averaged gradients of its piece of each bucket.
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/comm/process_group.h"
+#include "engine/optim/flat_layout.h"
 #include "engine/parallel/main_grad.h"
 
 namespace c10::cuda {
@@ -21,26 +25,38 @@ namespace me::train {
 
 class GradBuffer : public parallel::MainGradSink {
  public:
-  // `dp` may be null (no data parallelism). With `shard_reduce` (distributed optimizer) the
-  // buffer is reduce-scattered at finish() instead: each rank then holds the averaged grads
-  // of its shard only. The flat size is padded to a multiple of the dp size.
+  // `dp` may be null (no data parallelism). With `shard_reduce` (distributed optimizer) each
+  // bucket is padded to a multiple of the dp size and reduce-scattered instead of all-reduced:
+  // afterwards each rank holds the averaged grads of its piece of every bucket (layout().shard).
   GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb, bool shard_reduce);
   ~GradBuffer() override;
 
+  // Param i's bucket is reduced only in finish(), after its `before_deferred` callback: for a
+  // gradient that must first be summed over another group (the tied embedding's over the
+  // first and last pipeline stages).
+  void defer(size_t i);
   // Starts a step. No zeroing pass: each parameter's first gradient of the step is copied in
   // (later micro-batches add), and finish() zeroes the main grads of parameters that got none.
   void begin_step();
   // Arms the hooks for one micro-batch; on the last one, full buckets start their reduction.
   void begin_micro_batch(bool last);
-  // Waits for every reduction: after it the buffer (or this rank's shard) holds dp-averaged grads.
-  void finish();
+  // Waits for every reduction: after it the buffer (or this rank's shard) holds dp-averaged
+  // grads. `before_deferred` runs once the other buckets are reduced and before deferred ones.
+  void finish(const std::function<void()>& before_deferred = {});
+
+  // The distributed optimizer's parameters: moves every parameter into one flat buffer of its
+  // dtype laid out like the gradients (the parameters become views of it), so that the updated
+  // pieces can be all-gathered bucket by bucket in place. Returns the buffer.
+  torch::Tensor adopt_params();
 
   const torch::Tensor& flat() const { return flat_; }
+  const optim::FlatLayout& layout() const { return layout_; }
   torch::Tensor view(size_t i) const;  // param i's main grad, shaped like the param
-  int64_t offset(size_t i) const { return offsets_[i]; }
+  // The pieces of param i's main grad that hold reduced gradients on this rank: its whole view,
+  // or under the distributed optimizer its parts inside this rank's shard (maybe none).
+  std::vector<torch::Tensor> reduced_views(size_t i) const;
+  int64_t offset(size_t i) const { return layout_.offsets[i]; }
   int64_t numel() const { return flat_.numel(); }
-  int64_t shard_size() const { return flat_.numel() / dp_size_; }
-  int64_t shard_start() const { return shard_size() * dp_rank_; }
 
   // parallel::MainGradSink
   torch::Tensor main_grad(const torch::Tensor& param, bool* accumulate) override;
@@ -49,14 +65,15 @@ class GradBuffer : public parallel::MainGradSink {
  private:
   void on_grad(size_t i, const torch::Tensor& g);
   void arrived(size_t i);  // param i's gradient of this micro-batch is in the buffer
+  void reduce(size_t b);    // starts bucket b's reduction (on the GPU on a side stream)
   struct Bucket {
-    int64_t start, length;
     int pending = 0, size = 0;  // params not yet seen this micro-batch / params in the bucket
+    bool deferred = false;
     comm::WorkPtr work;
   };
 
   std::vector<torch::Tensor> params_;
-  std::vector<int64_t> offsets_;
+  optim::FlatLayout layout_;
   std::vector<size_t> bucket_of_;
   std::vector<char> written_;  // param i's main grad holds this step's gradient
   std::unordered_map<const void*, size_t> index_;  // a parameter's TensorImpl -> its index

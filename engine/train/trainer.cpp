@@ -112,17 +112,21 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   grads_ = std::make_unique<GradBuffer>(params_, groups_ ? groups_->dp.get() : nullptr, par.bucket_mb,
                                         par.distributed_optimizer);
   parallel::attach_main_grads(*model_, par.grad_accumulation_fusion ? grads_.get() : nullptr);
-  std::vector<int64_t> offsets;
-  for (size_t i = 0; i < params_.size(); ++i) offsets.push_back(grads_->offset(i));
+  // The tied embedding's gradient is summed over the stages holding it before its DP reduction.
+  if (shared_embedding_param_ >= 0) grads_->defer(static_cast<size_t>(shared_embedding_param_));
+  // The distributed optimizer all-gathers updated parameters in place: they move into one flat
+  // buffer laid out like the gradients.
+  torch::Tensor flat_params;
+  if (par.distributed_optimizer && dp_ > 1) flat_params = grads_->adopt_params();
   optim::OptimizerConfig ocfg;
   ocfg.kind = spec_.optim.kind;
   ocfg.adam = {spec_.optim.beta1, spec_.optim.beta2, spec_.optim.eps, spec_.optim.weight_decay};
   ocfg.momentum = spec_.optim.momentum;
   ocfg.clip = spec_.optim.clip;
   ocfg.distributed = par.distributed_optimizer;
-  optimizer_ = std::make_unique<optim::MasterOptimizer>(std::move(masters), grads_->flat(), offsets, ocfg,
+  optimizer_ = std::make_unique<optim::MasterOptimizer>(std::move(masters), grads_->flat(), grads_->layout(), ocfg,
                                                         groups_ ? groups_->model_parallel.get() : nullptr,
-                                                        groups_ ? groups_->dp.get() : nullptr);
+                                                        groups_ ? groups_->dp.get() : nullptr, flat_params);
   pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr);
   flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(global_batch_) *
                          static_cast<double>(spec_.model.seq);
@@ -165,24 +169,18 @@ StepResult Trainer::step_async() {
   };
   hooks.mark = [&](int phase) { mark_phase(phase); };
   auto loss_sum = pipeline_->train(tokens, labels, micro, accumulation_, scaler_ ? scaler_->scale() : 1.0, hooks);
-  // Gradients of replicated parameters that each rank saw only part of are summed: under
-  // sequence parallelism the norms' (each TP rank saw its slice of positions), with tied
-  // embeddings over pipeline stages the word embedding's (lookup on the first, output layer on
-  // the last). The distributed optimizer needs them whole before the buffer is cut in shards.
-  auto sum_replicated_grads = [&] {
-    for (size_t i : sequence_parallel_params_) {
-      auto g = grads_->view(i);
-      groups_->tp->all_reduce(g, comm::ReduceOp::sum);
-    }
-    if (shared_embedding_param_ >= 0) {
-      auto g = grads_->view(static_cast<size_t>(shared_embedding_param_));
-      groups_->embedding->all_reduce(g, comm::ReduceOp::sum);
-    }
-  };
-  const bool replicated = !sequence_parallel_params_.empty() || shared_embedding_param_ >= 0;
-  if (replicated && spec_.parallel.distributed_optimizer) sum_replicated_grads();
-  grads_->finish();
-  if (replicated && !spec_.parallel.distributed_optimizer) sum_replicated_grads();
+  // Gradients of replicated parameters that each rank saw only part of are summed. With tied
+  // embeddings over pipeline stages the word embedding's (lookup on the first stage, output
+  // layer on the last): before its DP reduction, since the stages lay their buffers out
+  // differently. Under sequence parallelism the norms' (each TP rank saw its slice of
+  // positions): after it, only the pieces this rank reduced (TP ranks share a layout).
+  grads_->finish([&] {
+    if (shared_embedding_param_ < 0) return;
+    auto g = grads_->view(static_cast<size_t>(shared_embedding_param_));
+    groups_->embedding->all_reduce(g, comm::ReduceOp::sum);
+  });
+  for (size_t i : sequence_parallel_params_)
+    for (auto& piece : grads_->reduced_views(i)) groups_->tp->all_reduce(piece, comm::ReduceOp::sum);
   if (groups_ && dp_ > 1) groups_->dp->all_reduce(loss_sum, comm::ReduceOp::avg);
   if (scaler_) grads_->flat().div_(scaler_->scale());  // unscale before the norm and the update
   mark_phase(3);

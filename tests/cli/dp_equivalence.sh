@@ -43,11 +43,11 @@ else
   run dp2 2
   run dp4 4
   run dp2_distopt 2 parallel.distributed_optimizer=true
-  run dp4_distopt 4 parallel.distributed_optimizer=true
+  run dp4_distopt 4 parallel.distributed_optimizer=true parallel.bucket_mb=0.02  # ~20 buckets
   run tp2_dp2 4 parallel.tp=2
-  run tp2_dp2_sp_distopt 4 parallel.tp=2 parallel.sequence_parallel=true parallel.distributed_optimizer=true
+  run tp2_dp2_sp_distopt 4 parallel.tp=2 parallel.sequence_parallel=true parallel.distributed_optimizer=true parallel.bucket_mb=0.02
   run pp2 2 parallel.pp=2
-  run pp2_dp2_distopt 4 parallel.pp=2 parallel.distributed_optimizer=true
+  run pp2_dp2_distopt 4 parallel.pp=2 parallel.distributed_optimizer=true parallel.bucket_mb=0.02
   run tp2_pp2_sp 4 parallel.pp=2 parallel.tp=2 parallel.sequence_parallel=true
   run dp1_untied 1 model.tie_embeddings=false
   run pp2_untied 2 parallel.pp=2 model.tie_embeddings=false

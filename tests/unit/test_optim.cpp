@@ -63,17 +63,15 @@ namespace {
 struct Flat {
   std::vector<me::optim::MasterParam> params;
   torch::Tensor grads;
-  std::vector<int64_t> offsets;
+  me::optim::FlatLayout layout;
   Flat(std::vector<me::optim::MasterParam> p, std::vector<float> g) : params(std::move(p)) {
     grads = torch::tensor(g);
-    int64_t off = 0;
-    for (auto& mp : params) {
-      offsets.push_back(off);
-      off += mp.param.numel();
-    }
+    std::vector<int64_t> numels;
+    for (auto& mp : params) numels.push_back(mp.param.numel());
+    layout = me::optim::FlatLayout::packed(numels);
   }
   me::optim::MasterOptimizer make(me::optim::OptimizerConfig cfg) {
-    return me::optim::MasterOptimizer(params, grads, offsets, cfg, nullptr, nullptr);
+    return me::optim::MasterOptimizer(params, grads, layout, cfg, nullptr, nullptr);
   }
 };
 }  // namespace
@@ -154,7 +152,7 @@ TEST_CASE("the trainer's optimizer: the fused GPU AdamW (clipping folded in) mat
     auto w = w0.to(dev, torch::kBFloat16), b = b0.to(dev, torch::kBFloat16);
     std::vector<me::optim::MasterParam> params = {{w, true, true}, {b, false, true}};
     auto grads = g0.to(dev, /*non_blocking=*/false, /*copy=*/true);  // never g0 itself: clipping scales it
-    me::optim::MasterOptimizer opt(params, grads, {0, 64 * 33}, cfg, nullptr, nullptr);
+    me::optim::MasterOptimizer opt(params, grads, me::optim::FlatLayout::packed({64 * 33, 33}), cfg, nullptr, nullptr);
     std::vector<double> norms;
     for (int k = 0; k < 5; ++k) {
       grads.copy_(g0.to(dev) * (1.0 + 0.1 * k));

@@ -1,0 +1,43 @@
+// Where each parameter sits in the flat fp32 gradient buffer (and, under the distributed
+// optimizer, in the flat parameter buffer laid out the same way), and how that buffer is cut
+// into the buckets reduced over data parallelism together. Under the distributed optimizer
+// every bucket's length is a multiple of the data-parallel size and rank r owns the r-th
+// equal piece of each bucket (as Megatron's distributed optimizer cuts it), so a bucket can be
+// reduce-scattered, and later all-gathered, on its own while backward is still running.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace me::optim {
+
+struct FlatRange {
+  int64_t start = 0, length = 0;
+};
+
+struct FlatLayout {
+  std::vector<int64_t> offsets;    // parameter i at offsets[i]
+  std::vector<FlatRange> buckets;  // in reduction order (backward's), covering the buffer
+  int64_t numel = 0;               // the buffer's length, padding included
+
+  // The piece of every bucket that data-parallel rank `rank` of `size` owns.
+  std::vector<FlatRange> shard(int rank, int size) const {
+    std::vector<FlatRange> out;
+    for (const auto& b : buckets) {
+      const int64_t piece = b.length / size;
+      out.push_back({b.start + piece * rank, piece});
+    }
+    return out;
+  }
+  // One bucket over parameters packed back to back (no data parallelism).
+  static FlatLayout packed(const std::vector<int64_t>& numels) {
+    FlatLayout l;
+    for (const int64_t n : numels) {
+      l.offsets.push_back(l.numel);
+      l.numel += n;
+    }
+    l.buckets.push_back({0, l.numel});
+    return l;
+  }
+};
+
+}  // namespace me::optim
