@@ -262,9 +262,22 @@ torch::Tensor TransformerImpl::embed(const torch::Tensor& tokens) {
 }
 
 torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
+  auto use = [&](torch::nn::Module& m) {
+    if (before_use_) before_use_(m);
+  };
+  if (stage_.first()) {
+    use(*embedding_);
+    if (position_) use(*position_);
+  }
   Residual r{stage_.first() ? embed(input) : input, {}};
-  for (const auto& block : *blocks_) r = block->as<Block>()->forward(r);
+  for (const auto& block : *blocks_) {
+    use(*block);
+    r = block->as<Block>()->forward(r);
+  }
   if (!stage_.last()) return r.sum();  // the next stage receives the stream itself
+  use(*final_norm_);
+  if (output_) use(*output_);
+  else use(*embedding_);  // tied head (on a last stage that is not the first)
   auto x = final_norm_->add_forward(r.x, r.delta).y;
   // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
   return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);

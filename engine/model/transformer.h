@@ -118,6 +118,12 @@ class TransformerImpl : public torch::nn::Module {
   void reset_parameters(uint64_t seed);
   // How each local parameter relates to the full one (by parameter name).
   const std::map<std::string, parallel::ShardInfo>& shards() const { return shards_; }
+  // Called with each part (the embeddings, each block, the final norm and head) just before
+  // forward_stage runs it: the distributed optimizer's overlapped all-gather of updated
+  // parameters waits there for that part's weights only.
+  using BeforeUse = std::function<void(torch::nn::Module&)>;
+  void set_before_use(BeforeUse fn) { before_use_ = std::move(fn); }
+
   // After backward under sequence parallelism: all-reduce over TP the gradients of
   // replicated parameters that only saw this rank's sequence slice (norms, row biases).
   void finalize_sequence_parallel_grads();
@@ -138,6 +144,7 @@ class TransformerImpl : public torch::nn::Module {
   parallel::Norm final_norm_{nullptr};
   parallel::ColumnParallelLinear output_{nullptr};  // untied head only
   std::map<std::string, parallel::ShardInfo> shards_;
+  BeforeUse before_use_;
 };
 TORCH_MODULE(Transformer);
 

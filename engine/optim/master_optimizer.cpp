@@ -5,6 +5,12 @@
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 
+#if ME_TORCH_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace me::optim {
 
 MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
@@ -22,6 +28,12 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
   ME_CHECK(!shard || (flat_params_.defined() && flat_params_.numel() == layout_.numel),
            "the distributed optimizer needs the parameters in a flat buffer laid out like the gradients");
   shard_ = shard ? layout_.shard(dp_->rank(), dp_->size()) : layout_.buckets;
+  for (size_t i = 0; i < params_.size(); ++i)
+    for (size_t k = 0; k < layout_.buckets.size(); ++k) {
+      const auto& b = layout_.buckets[k];
+      if (layout_.offsets[i] >= b.start && layout_.offsets[i] < b.start + b.length)
+        bucket_of_[params_[i].param.unsafeGetTensorImpl()] = k;
+    }
 
   torch::NoGradGuard no_grad;
   int64_t total = 0;
@@ -145,19 +157,52 @@ void MasterOptimizer::write_back() {
     }
   if (!sharded()) return;
   // Every rank updated its piece of each bucket (inside the flat parameter buffer the model's
-  // parameters are views of): gather the pieces in place, bucket by bucket.
-  // Started together (NCCL queues them on this stream; Gloo runs them in the background).
-  std::vector<comm::WorkPtr> works;
-  for (const auto& b : layout_.buckets) {
-    auto bucket = flat_params_.narrow(0, b.start, b.length);
-    auto piece = bucket.narrow(0, b.length / dp_->size() * dp_->rank(), b.length / dp_->size());
-    works.push_back(dp_->all_gather(bucket, piece, /*async=*/true));
+  // parameters are views of): gather the pieces in place, bucket by bucket, in the order the
+  // forward uses them (the last bucket holds the first layers).
+  gathers_.assign(layout_.buckets.size(), nullptr);
+  auto gather_all = [&] {
+    for (size_t k = layout_.buckets.size(); k-- > 0;) {
+      const auto& b = layout_.buckets[k];
+      auto bucket = flat_params_.narrow(0, b.start, b.length);
+      auto piece = bucket.narrow(0, b.length / dp_->size() * dp_->rank(), b.length / dp_->size());
+      gathers_[k] = dp_->all_gather(bucket, piece, /*async=*/true);
+    }
+  };
+#if ME_TORCH_HAS_CUDA
+  if (cfg_.overlap_param_gather && flat_params_.is_cuda()) {
+    // On a side stream that first waits for the update; the next forward waits per bucket.
+    if (!gather_stream_)
+      gather_stream_ = std::make_shared<c10::cuda::CUDAStream>(
+          c10::cuda::getStreamFromPool(/*isHighPriority=*/true, flat_params_.device().index()));
+    at::cuda::CUDAEvent updated;
+    updated.record();
+    updated.block(*gather_stream_);
+    c10::cuda::CUDAStreamGuard guard(*gather_stream_);
+    gather_all();
+    return;
   }
-  for (auto& w : works) w->wait();
+#endif
+  gather_all();
+  if (!cfg_.overlap_param_gather) wait_params();
+}
+
+void MasterOptimizer::wait_for(const torch::Tensor& param) {
+  if (gathers_.empty()) return;
+  const auto it = bucket_of_.find(param.unsafeGetTensorImpl());
+  if (it == bucket_of_.end() || !gathers_[it->second]) return;
+  gathers_[it->second]->wait();
+  gathers_[it->second].reset();
+}
+
+void MasterOptimizer::wait_params() {
+  for (auto& w : gathers_)
+    if (w) w->wait();
+  gathers_.clear();
 }
 
 double MasterOptimizer::step(double lr) {
   torch::NoGradGuard no_grad;
+  wait_params();  // a forward waited for them already, unless none ran since the last step
   make_fused();
   const double norm = global_norm();
   if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together

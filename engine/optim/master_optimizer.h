@@ -8,12 +8,17 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/comm/process_group.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/flat_layout.h"
+
+namespace c10::cuda {
+class CUDAStream;
+}
 
 namespace me::optim {
 
@@ -31,6 +36,9 @@ struct OptimizerConfig {
   double momentum = 0.9;       // sgd
   double clip = 1.0;           // global-norm clipping; 0 turns it off
   bool distributed = false;    // shard masters and state over the data-parallel group
+  // distributed: step() returns with the updated parameters' all-gathers still running (on a
+  // side stream on the GPU); wait_for / wait_params before reading a parameter
+  bool overlap_param_gather = false;
 };
 
 class MasterOptimizer {
@@ -47,6 +55,11 @@ class MasterOptimizer {
   // Clips, steps at `lr` and writes the new weights into the model's parameters. Returns the
   // gradient norm before clipping; a non-finite norm skips the update (returned as is).
   double step(double lr);
+
+  // With overlap_param_gather: the current stream waits for (the host, on the CPU, waits for)
+  // the all-gather of `param`'s bucket, or of every bucket. No-ops when nothing is in flight.
+  void wait_for(const torch::Tensor& param);
+  void wait_params();
 
   // Bytes of fp32 masters and optimizer state held on this rank, and what an unsharded
   // optimizer would hold (for the distributed optimizer's saving).
@@ -81,6 +94,10 @@ class MasterOptimizer {
   std::unique_ptr<kernels::MultiTensorAdamW> fused_;
   bool fused_writes_model_ = false;
   int64_t state_bytes_ = 0, unsharded_bytes_ = 0;
+  // distributed: each bucket's all-gather in flight, and which bucket a parameter is in
+  std::vector<comm::WorkPtr> gathers_;
+  std::unordered_map<const void*, size_t> bucket_of_;
+  std::shared_ptr<c10::cuda::CUDAStream> gather_stream_;
 };
 
 }  // namespace me::optim

@@ -45,6 +45,10 @@ struct ParallelSpec {
   // Column-parallel layers' input-gradient all-reduce / reduce-scatter overlapped with their
   // weight-gradient GEMM (a side stream on the GPU); false: in line.
   bool tp_comm_overlap = true;
+  // Distributed optimizer: the updated parameters' all-gathers run on a side stream and the next
+  // forward waits for each part's bucket just before using it (Megatron's --overlap-param-gather);
+  // false: gathered before the step returns.
+  bool overlap_param_gather = true;
 };
 
 struct CommSpec {

@@ -124,9 +124,14 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ocfg.momentum = spec_.optim.momentum;
   ocfg.clip = spec_.optim.clip;
   ocfg.distributed = par.distributed_optimizer;
+  ocfg.overlap_param_gather = par.overlap_param_gather;
   optimizer_ = std::make_unique<optim::MasterOptimizer>(std::move(masters), grads_->flat(), grads_->layout(), ocfg,
                                                         groups_ ? groups_->model_parallel.get() : nullptr,
                                                         groups_ ? groups_->dp.get() : nullptr, flat_params);
+  if (flat_params.defined() && par.overlap_param_gather)
+    model_->set_before_use([opt = optimizer_.get()](torch::nn::Module& part) {
+      for (const auto& p : part.parameters()) opt->wait_for(p);
+    });
   pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr);
   flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(global_batch_) *
                          static_cast<double>(spec_.model.seq);
@@ -336,6 +341,7 @@ Summary Trainer::run() {
     window_loss = window_ms = 0;
     window_n = 0;
   }
+  optimizer_->wait_params();  // the last update's all-gathers, if still in flight
   s.iterations = iteration_;
   s.skipped = skipped_;
   s.tokens_per_s = total_ms > 0 ? tokens_per_step * static_cast<double>(iteration_) * 1000.0 / total_ms : 0;

@@ -32,7 +32,7 @@ if [ "$mode" = gpt ]; then
 else
   layouts="dp2:dp1 dp4:dp1 dp2_distopt:dp1 dp4_distopt:dp1 tp2_dp2:dp1 tp2_dp2_sp_distopt:dp1 pp2:dp1
            pp2_dp2_distopt:dp1 tp2_pp2_sp:dp1 pp2_untied:dp1_untied pp4_4layers:dp1_4layers
-           dp1_unfused:dp1 dp2_unfused:dp1 tp2_sp_inline:dp1 llama_pp2:llama_dp1 llama_tp2_sp:llama_dp1"
+           dp1_unfused:dp1 dp2_unfused:dp1 tp2_sp_inline:dp1 llama_pp2:llama_dp1 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1"
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
   run dp2_unfused 2 parallel.grad_accumulation_fusion=false
@@ -40,6 +40,7 @@ else
   ME_EQUIV_MODEL=llama run llama_dp1 1
   ME_EQUIV_MODEL=llama run llama_pp2 2 parallel.pp=2
   ME_EQUIV_MODEL=llama run llama_tp2_sp 2 parallel.tp=2 parallel.sequence_parallel=true
+  ME_EQUIV_MODEL=llama run llama_dp2_distopt 2 parallel.distributed_optimizer=true parallel.bucket_mb=0.02
   run dp2 2
   run dp4 4
   run dp2_distopt 2 parallel.distributed_optimizer=true

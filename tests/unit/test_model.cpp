@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <set>
 
 #include "engine/core/torch_compat.h"
 #include "engine/model/transformer.h"
@@ -90,6 +91,29 @@ TEST_CASE("forward shapes and the initial loss", "[model]") {
     CHECK(std::abs(loss - std::log(97.0)) < 0.3);
     CHECK_THROWS_WITH(m->forward(torch::zeros({1, 25}, torch::kLong)), Catch::Contains("longer than model.seq = 24"));
   }
+}
+
+TEST_CASE("forward_stage announces every parameter it uses before use (the overlapped parameter gather)", "[model]") {
+  // The distributed optimizer's overlapped all-gather waits only where the model announces a
+  // part: a parameter never announced would be read while its bucket may still be in flight.
+  auto untied = tiny_gpt();
+  untied.tie_embeddings = false;
+  for (auto c : {tiny_gpt(), untied, tiny_llama()})
+    for (auto stage : {me::model::PipelineStage{0, 1}, me::model::PipelineStage{0, 3}, me::model::PipelineStage{1, 3},
+                       me::model::PipelineStage{2, 3}}) {
+      if (c.layers % stage.count) c.layers = 3;
+      Transformer m(c, me::parallel::TensorParallel{}, stage);
+      std::set<const void*> announced;
+      m->set_before_use([&](torch::nn::Module& part) {
+        for (const auto& p : part.parameters()) announced.insert(p.unsafeGetTensorImpl());
+      });
+      auto input = stage.first() ? torch::randint(0, 97, {2, 24}, torch::kLong) : torch::randn({2, 24, c.hidden});
+      m->forward_stage(input);
+      for (const auto& p : m->named_parameters()) {
+        INFO("stage " << stage.index << " of " << stage.count << ", parameter " << p.key());
+        CHECK(announced.count(p.value().unsafeGetTensorImpl()) == 1);
+      }
+    }
 }
 
 TEST_CASE("attention is causal: a later token does not change earlier logits", "[model]") {
