@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Multi-GPU rows of the speed table in one device call: each model on one GPU, data-parallel over
-# every GPU of the machine (same micro batch per GPU), and tensor-parallel over 2 (with sequence
+# every GPU of the machine (same micro batch per GPU; plain and with the distributed optimizer),
+# and tensor-parallel over 2 (with sequence
 # parallelism), and pipeline-parallel over 2 (1F1B, 16 micro-batches per step; with 4 GPUs
 # also pp=2 x dp=2, 8 micro-batches each); prints the table and each layout's tokens/s per GPU
 # against one GPU.
@@ -34,6 +35,7 @@ for m in $models; do
   echo "== $m"
   row "$m" 1 ""
   [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" ""
+  [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" "parallel.distributed_optimizer=true"
   # An extra data-parallel row: recipe overrides and environment (e.g. NCCL settings) to compare.
   if [ "$ngpu" -ge 2 ] && [ -n "${ME_BENCH_DP_EXTRA:-}${ME_BENCH_DP_EXTRA_ENV:-}" ]; then
     (export ME_BENCH_LABEL="${ME_BENCH_DP_EXTRA:-} ${ME_BENCH_DP_EXTRA_ENV:-}"

@@ -40,11 +40,11 @@ else
   ME_EQUIV_MODEL=llama run llama_dp1 1
   ME_EQUIV_MODEL=llama run llama_pp2 2 parallel.pp=2
   ME_EQUIV_MODEL=llama run llama_tp2_sp 2 parallel.tp=2 parallel.sequence_parallel=true
-  ME_EQUIV_MODEL=llama run llama_dp2_distopt 2 parallel.distributed_optimizer=true parallel.bucket_mb=0.02
+  ME_EQUIV_MODEL=llama run llama_dp2_distopt 2 parallel.distributed_optimizer=true parallel.bucket_mb=0.02 parallel.overlap_param_gather=true
   run dp2 2
   run dp4 4
   run dp2_distopt 2 parallel.distributed_optimizer=true
-  run dp4_distopt 4 parallel.distributed_optimizer=true parallel.bucket_mb=0.02  # ~20 buckets
+  run dp4_distopt 4 parallel.distributed_optimizer=true parallel.bucket_mb=0.02 parallel.overlap_param_gather=true  # ~20 buckets
   run tp2_dp2 4 parallel.tp=2
   run tp2_dp2_sp_distopt 4 parallel.tp=2 parallel.sequence_parallel=true parallel.distributed_optimizer=true parallel.bucket_mb=0.02
   run pp2 2 parallel.pp=2
