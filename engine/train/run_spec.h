@@ -46,10 +46,9 @@ struct ParallelSpec {
   // weight-gradient GEMM (a side stream on the GPU); false: in line.
   bool tp_comm_overlap = true;
   // Distributed optimizer: the updated parameters' all-gathers run on a side stream and the next
-  // forward waits for each part's bucket just before using it (Megatron's --overlap-param-gather).
-  // Off by default: on one NVLink node it measured even (bench/RESULTS.md); the gathers take
-  // longer between nodes.
-  bool overlap_param_gather = false;
+  // forward waits for each part's bucket just before using it (Megatron's --overlap-param-gather);
+  // false: gathered in line before the step returns.
+  bool overlap_param_gather = true;
 };
 
 struct CommSpec {

@@ -26,7 +26,7 @@ run dp1 1
 if [ "$mode" = gpt ]; then
   layouts="dp2:dp1 dp2_distopt:dp1 tp2_dp2:dp1 pp2_dp2:dp1"
   run dp2 2
-  run dp2_distopt 2 parallel.distributed_optimizer=true
+  run dp2_distopt 2 parallel.distributed_optimizer=true parallel.overlap_param_gather=false
   run tp2_dp2 4 parallel.tp=2
   run pp2_dp2 4 parallel.pp=2
 else
@@ -43,7 +43,7 @@ else
   ME_EQUIV_MODEL=llama run llama_dp2_distopt 2 parallel.distributed_optimizer=true parallel.bucket_mb=0.02 parallel.overlap_param_gather=true
   run dp2 2
   run dp4 4
-  run dp2_distopt 2 parallel.distributed_optimizer=true
+  run dp2_distopt 2 parallel.distributed_optimizer=true parallel.overlap_param_gather=false
   run dp4_distopt 4 parallel.distributed_optimizer=true parallel.bucket_mb=0.02 parallel.overlap_param_gather=true  # ~20 buckets
   run tp2_dp2 4 parallel.tp=2
   run tp2_dp2_sp_distopt 4 parallel.tp=2 parallel.sequence_parallel=true parallel.distributed_optimizer=true parallel.bucket_mb=0.02
