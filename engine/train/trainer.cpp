@@ -151,6 +151,7 @@ void Trainer::mark_phase(int phase) {
 
 StepResult Trainer::step() {
   auto r = step_async();
+  optimizer_->wait_params();  // a caller of the one-step API may read weights next
   r.loss = last_loss_.item<double>();
   return r;
 }
