@@ -56,25 +56,44 @@ torch::Tensor map(const torch::Tensor& x, const TensorParallel& tp) {
 
 }  // namespace
 
+namespace {
+// x as [outer, n, inner] around dimension `dim` (a view: x is contiguous).
+struct AroundDim {
+  int64_t outer = 1, n = 0, inner = 1;
+  AroundDim(const torch::Tensor& x, int64_t dim) : n(x.size(dim)) {
+    for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+    for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  }
+};
+}  // namespace
+
+// The collectives concatenate and split along dimension 0 of a buffer of size() chunks. This
+// rank's [outer, n, inner] is already such a chunk; gathered, the chunks sit [size, outer, n,
+// inner] and one permuting copy puts them in place as [outer, size * n, inner] (none at all
+// when outer is 1, as for a batch of one).
 torch::Tensor all_gather_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
-  // The collective concatenates along dimension 0; move `dim` there and back.
-  auto moved = x.movedim(dim, 0).contiguous();
-  auto sizes = moved.sizes().vec();
-  sizes[0] *= g.size();
-  auto out = torch::empty(sizes, moved.options());
-  g.all_gather(out, moved);
-  return out.movedim(0, dim).contiguous();
+  auto in = x.contiguous();
+  const AroundDim a(in, dim);
+  auto out = torch::empty({g.size(), a.outer, a.n, a.inner}, in.options());
+  g.all_gather(out, in);
+  auto sizes = in.sizes().vec();
+  sizes[static_cast<size_t>(dim)] *= g.size();
+  return out.permute({1, 0, 2, 3}).contiguous().view(sizes);
 }
 
+// The reverse: one permuting copy lays [outer, size * m, inner] out as size() chunks of
+// [outer, m, inner]; this rank's reduced chunk is the result as it is.
 torch::Tensor reduce_scatter_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
-  auto moved = x.movedim(dim, 0).contiguous();
-  ME_CHECK(moved.size(0) % g.size() == 0, "reduce-scatter: dimension ", dim, " of size ", moved.size(0),
+  ME_CHECK(x.size(dim) % g.size() == 0, "reduce-scatter: dimension ", dim, " of size ", x.size(dim),
            " is not divisible by the tensor-parallel size ", g.size(), " (sequence parallelism needs seq % tp == 0)");
-  auto sizes = moved.sizes().vec();
-  sizes[0] /= g.size();
-  auto out = torch::empty(sizes, moved.options());
-  g.reduce_scatter(out, moved, comm::ReduceOp::sum);
-  return out.movedim(0, dim).contiguous();
+  const AroundDim a(x, dim);
+  const int64_t m = a.n / g.size();
+  auto chunks = x.contiguous().view({a.outer, g.size(), m, a.inner}).permute({1, 0, 2, 3}).contiguous();
+  auto sizes = x.sizes().vec();
+  sizes[static_cast<size_t>(dim)] = m;
+  auto out = torch::empty(sizes, x.options());
+  g.reduce_scatter(out, chunks, comm::ReduceOp::sum);
+  return out;
 }
 
 torch::Tensor slice_dim(const torch::Tensor& x, int64_t dim, int rank, int size) {
