@@ -122,7 +122,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   return proj_->forward(y);
 }
 
-MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp) : swiglu_(c.activation == "swiglu") {
+MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp)
+    : swiglu_(c.activation == "swiglu"), fold_batch_(tp.active() && tp.sequence_parallel) {
   if (swiglu_) {
     gate_up_ = register_module("gate_up", parallel::ColumnParallelLinear(c.hidden, 2 * c.ffn(), c.bias, tp));
     down_ = register_module("down", parallel::RowParallelLinear(c.ffn(), c.hidden, c.bias, tp));
@@ -133,6 +134,15 @@ MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp) : swiglu_(c.acti
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  // Position-wise, so under sequence parallelism the rows may come in any order: with the batch
+  // folded into the sequence, the all-gather in front and the reduce-scatter behind leave the
+  // ranks' chunks back to back as the collectives lay them out, and permute nothing
+  // (parallel::all_gather_dim).
+  if (fold_batch_) return rows(x.reshape({1, -1, x.size(-1)})).view(x.sizes());
+  return rows(x);
+}
+
+torch::Tensor MLPImpl::rows(const torch::Tensor& x) {
   if (swiglu_) {
     auto h = gate_up_->forward(x);
     if (kernels::use(kernels::Op::swiglu, h)) return down_->forward(kernels::swiglu(h));
