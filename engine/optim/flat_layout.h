@@ -5,6 +5,7 @@
 // equal piece of each bucket (as Megatron's distributed optimizer cuts it), so a bucket can be
 // reduce-scattered, and later all-gathered, on its own while backward is still running.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct FlatLayout {
       out.push_back({b.start + piece * rank, piece});
     }
     return out;
+  }
+  // The bucket holding flat position `at` (the buckets lie back to back, in order).
+  size_t bucket_at(int64_t at) const {
+    const auto after = std::upper_bound(buckets.begin(), buckets.end(), at,
+                                        [](int64_t a, const FlatRange& b) { return a < b.start; });
+    return static_cast<size_t>(after - buckets.begin()) - 1;
   }
   // One bucket over parameters packed back to back (no data parallelism).
   static FlatLayout packed(const std::vector<int64_t>& numels) {

@@ -5,12 +5,6 @@
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 
-#if ME_TORCH_HAS_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 namespace me::optim {
 
 MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
@@ -29,11 +23,7 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
            "the distributed optimizer needs the parameters in a flat buffer laid out like the gradients");
   shard_ = shard ? layout_.shard(dp_->rank(), dp_->size()) : layout_.buckets;
   for (size_t i = 0; i < params_.size(); ++i)
-    for (size_t k = 0; k < layout_.buckets.size(); ++k) {
-      const auto& b = layout_.buckets[k];
-      if (layout_.offsets[i] >= b.start && layout_.offsets[i] < b.start + b.length)
-        bucket_of_[params_[i].param.unsafeGetTensorImpl()] = k;
-    }
+    bucket_of_[params_[i].param.unsafeGetTensorImpl()] = layout_.bucket_at(layout_.offsets[i]);
 
   torch::NoGradGuard no_grad;
   int64_t total = 0;
@@ -168,22 +158,13 @@ void MasterOptimizer::write_back() {
       gathers_[k] = dp_->all_gather(bucket, piece, /*async=*/true);
     }
   };
-#if ME_TORCH_HAS_CUDA
-  if (cfg_.overlap_param_gather && flat_params_.is_cuda()) {
-    // On a side stream that first waits for the update; the next forward waits per bucket.
-    if (!gather_stream_)
-      gather_stream_ = std::make_shared<c10::cuda::CUDAStream>(
-          c10::cuda::getStreamFromPool(/*isHighPriority=*/true, flat_params_.device().index()));
-    at::cuda::CUDAEvent updated;
-    updated.record();
-    updated.block(*gather_stream_);
-    c10::cuda::CUDAStreamGuard guard(*gather_stream_);
-    gather_all();
+  if (cfg_.overlap_param_gather) {
+    // On the GPU on a side stream, after the update; the next forward waits per bucket.
+    gather_stream_.run(flat_params_.device(), gather_all);
     return;
   }
-#endif
   gather_all();
-  if (!cfg_.overlap_param_gather) wait_params();
+  wait_params();
 }
 
 void MasterOptimizer::wait_for(const torch::Tensor& param) {

@@ -12,13 +12,10 @@
 #include <vector>
 
 #include "engine/comm/process_group.h"
+#include "engine/core/side_stream.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/flat_layout.h"
-
-namespace c10::cuda {
-class CUDAStream;
-}
 
 namespace me::optim {
 
@@ -97,7 +94,7 @@ class MasterOptimizer {
   // distributed: each bucket's all-gather in flight, and which bucket a parameter is in
   std::vector<comm::WorkPtr> gathers_;
   std::unordered_map<const void*, size_t> bucket_of_;
-  std::shared_ptr<c10::cuda::CUDAStream> gather_stream_;
+  SideStream gather_stream_;
 };
 
 }  // namespace me::optim

@@ -2,12 +2,6 @@
 
 #include "engine/core/error.h"
 
-#if ME_TORCH_HAS_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 namespace me::train {
 
 GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb,
@@ -128,23 +122,9 @@ void GradBuffer::reduce(size_t k) {
     auto piece = slice.narrow(0, r.length / dp_size_ * dp_rank_, r.length / dp_size_);
     return dp_->reduce_scatter(piece, slice, comm::ReduceOp::avg, /*async=*/true);
   };
-#if ME_TORCH_HAS_CUDA
-  if (flat_.is_cuda()) {
-    // On a side stream, so the rest of backward runs meanwhile; that stream first waits for
-    // everything queued so far on this one (the bucket's gradients). finish() makes the
-    // compute stream wait for the reductions.
-    if (!comm_stream_)
-      comm_stream_ = std::make_shared<c10::cuda::CUDAStream>(
-          c10::cuda::getStreamFromPool(/*isHighPriority=*/true, flat_.device().index()));
-    at::cuda::CUDAEvent ready;
-    ready.record();
-    ready.block(*comm_stream_);
-    c10::cuda::CUDAStreamGuard guard(*comm_stream_);
-    b.work = start();
-    return;
-  }
-#endif
-  b.work = start();
+  // On the GPU on a side stream, so the rest of backward runs meanwhile, after the bucket's
+  // gradients; finish() makes the compute stream wait for the reductions.
+  comm_stream_.run(flat_.device(), [&] { b.work = start(); });
 }
 
 void GradBuffer::finish(const std::function<void()>& before_deferred) {

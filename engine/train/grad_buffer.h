@@ -14,12 +14,9 @@
 #include <vector>
 
 #include "engine/comm/process_group.h"
+#include "engine/core/side_stream.h"
 #include "engine/optim/flat_layout.h"
 #include "engine/parallel/main_grad.h"
-
-namespace c10::cuda {
-class CUDAStream;
-}
 
 namespace me::train {
 
@@ -83,7 +80,7 @@ class GradBuffer : public parallel::MainGradSink {
   int dp_size_ = 1, dp_rank_ = 0;
   bool shard_reduce_, last_ = false;
   std::shared_ptr<bool> alive_;       // hooks outliving the buffer do nothing
-  std::shared_ptr<c10::cuda::CUDAStream> comm_stream_;  // GPU: where bucket reductions run
+  SideStream comm_stream_;            // GPU: where bucket reductions run
 };
 
 }  // namespace me::train
