@@ -123,7 +123,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
 }
 
 MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp)
-    : swiglu_(c.activation == "swiglu"), fold_batch_(tp.active() && tp.sequence_parallel) {
+    : swiglu_(c.activation == "swiglu") {
   if (swiglu_) {
     gate_up_ = register_module("gate_up", parallel::ColumnParallelLinear(c.hidden, 2 * c.ffn(), c.bias, tp));
     down_ = register_module("down", parallel::RowParallelLinear(c.ffn(), c.hidden, c.bias, tp));
@@ -134,15 +134,6 @@ MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp)
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  // Position-wise, so under sequence parallelism the rows may come in any order: with the batch
-  // folded into the sequence, the all-gather in front and the reduce-scatter behind leave the
-  // ranks' chunks back to back as the collectives lay them out, and permute nothing
-  // (parallel::all_gather_dim).
-  if (fold_batch_) return rows(x.reshape({1, -1, x.size(-1)})).view(x.sizes());
-  return rows(x);
-}
-
-torch::Tensor MLPImpl::rows(const torch::Tensor& x) {
   if (swiglu_) {
     auto h = gate_up_->forward(x);
     if (kernels::use(kernels::Op::swiglu, h)) return down_->forward(kernels::swiglu(h));
@@ -266,7 +257,9 @@ torch::Tensor TransformerImpl::embed(const torch::Tensor& tokens) {
   if (position_) {
     auto pos = position_->forward(torch::arange(s, torch::TensorOptions().dtype(torch::kLong).device(tokens.device())));
     pos = pos.unsqueeze(0);
-    x = x + (tp_.sequence_parallel ? parallel::scatter_seq(pos, tp_) : pos);
+    // Under sequence parallelism this rank holds a chunk of the batch's tokens: their positions.
+    if (tp_.sequence_parallel) pos = parallel::scatter_seq(pos.expand({tokens.size(0), s, pos.size(2)}), tp_);
+    x = x + pos;
   }
   return x;
 }

@@ -41,9 +41,7 @@ class MLPImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
-  torch::Tensor rows(const torch::Tensor& x);  // the MLP over x's rows, in any order
   bool swiglu_;
-  bool fold_batch_;  // sequence parallelism: run on [1, batch x seq / tp, hidden]
   // SwiGLU's gate and up projections as one GEMM, rows interleaved (gate 0, up 0, gate 1, ...)
   // so that any tensor-parallel slice holds matching pairs.
   parallel::ColumnParallelLinear fc1_{nullptr}, gate_up_{nullptr};

@@ -131,7 +131,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     // [tokens, 4h] pass per layer.
     ctx->set_materialize_grads(false);
     const auto* tp = reinterpret_cast<const TensorParallel*>(input_tp);
-    auto x = tp && tp->sequence_parallel ? all_gather_dim(in[0], 1, *tp->group) : in[0];
+    auto x = tp && tp->sequence_parallel ? all_gather_tokens(in[0], *tp->group) : in[0];
     auto saved = in.vec();
     saved[0] = x;
     ctx->save_for_backward(saved);
@@ -155,7 +155,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     if (tp) {
       auto full = dx;
       auto reduce = [&] {
-        if (tp->sequence_parallel) dx = reduce_scatter_dim(full, 1, *tp->group);
+        if (tp->sequence_parallel) dx = reduce_scatter_tokens(full, *tp->group);
         else tp->group->all_reduce(dx, comm::ReduceOp::sum);
       };
       if (tp->overlap_comm) join = start_collective(full, &dx, reduce);

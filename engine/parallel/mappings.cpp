@@ -30,9 +30,9 @@ torch::Tensor apply(Op op, const torch::Tensor& x, comm::ProcessGroup& g) {
     case Op::all_reduce: return all_reduce(x, g);
     case Op::gather_last: return all_gather_dim(x, x.dim() - 1, g);
     case Op::slice_last: return slice_dim(x, x.dim() - 1, g.rank(), g.size());
-    case Op::gather_seq: return all_gather_dim(x, 1, g);
-    case Op::slice_seq: return slice_dim(x, 1, g.rank(), g.size());
-    case Op::reduce_scatter_seq: return reduce_scatter_dim(x, 1, g);
+    case Op::gather_seq: return all_gather_tokens(x, g);
+    case Op::slice_seq: return slice_tokens(x, g.rank(), g.size());
+    case Op::reduce_scatter_seq: return reduce_scatter_tokens(x, g);
   }
   return x;
 }
@@ -81,19 +81,40 @@ torch::Tensor all_gather_dim(const torch::Tensor& x, int64_t dim, comm::ProcessG
   return out.permute({1, 0, 2, 3}).contiguous().view(sizes);
 }
 
-// The reverse: one permuting copy lays [outer, size * m, inner] out as size() chunks of
-// [outer, m, inner]; this rank's reduced chunk is the result as it is.
-torch::Tensor reduce_scatter_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
-  ME_CHECK(x.size(dim) % g.size() == 0, "reduce-scatter: dimension ", dim, " of size ", x.size(dim),
-           " is not divisible by the tensor-parallel size ", g.size(), " (sequence parallelism needs seq % tp == 0)");
-  const AroundDim a(x, dim);
-  const int64_t m = a.n / g.size();
-  auto chunks = x.contiguous().view({a.outer, g.size(), m, a.inner}).permute({1, 0, 2, 3}).contiguous();
-  auto sizes = x.sizes().vec();
-  sizes[static_cast<size_t>(dim)] = m;
-  auto out = torch::empty(sizes, x.options());
-  g.reduce_scatter(out, chunks, comm::ReduceOp::sum);
+namespace {
+void check_tokens_split(const torch::Tensor& x, int64_t parts, const char* what) {
+  ME_CHECK(x.dim() >= 2 && x.size(1) % parts == 0, what, ": sequence parallelism splits a [batch, seq, ...] tensor's ",
+           "tokens into ", parts, " equal chunks, which needs seq % tp == 0; got shape ", x.sizes());
+}
+}  // namespace
+
+// Gathered rank after rank, the chunks are the tokens in their natural order: the buffer is the result.
+torch::Tensor all_gather_tokens(const torch::Tensor& x, comm::ProcessGroup& g) {
+  ME_CHECK(x.dim() >= 2, "sequence-parallel all-gather: expected [batch, seq / tp, ...], got shape ", x.sizes());
+  auto in = x.contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[1] *= g.size();
+  auto out = torch::empty(sizes, in.options());
+  g.all_gather(out, in);
   return out;
+}
+
+torch::Tensor reduce_scatter_tokens(const torch::Tensor& x, comm::ProcessGroup& g) {
+  check_tokens_split(x, g.size(), "sequence-parallel reduce-scatter");
+  auto in = x.contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[1] /= g.size();
+  auto out = torch::empty(sizes, in.options());
+  g.reduce_scatter(out, in, comm::ReduceOp::sum);
+  return out;
+}
+
+torch::Tensor slice_tokens(const torch::Tensor& x, int rank, int size) {
+  check_tokens_split(x, size, "sequence-parallel split");
+  auto sizes = x.sizes().vec();
+  sizes[1] /= size;
+  const int64_t chunk = x.numel() / size;
+  return x.contiguous().view({-1}).narrow(0, rank * chunk, chunk).view(sizes);
 }
 
 torch::Tensor slice_dim(const torch::Tensor& x, int64_t dim, int rank, int size) {
