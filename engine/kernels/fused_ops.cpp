@@ -271,22 +271,32 @@ bool gemm_gelu_fits(const torch::Tensor& x, const torch::Tensor& w) {
          x.size(-1) == w.size(1) && x.device() == w.device() && gemm_gelu_supported(w.size(1), w.size(0));
 }
 
-Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const Activated& into) {
   const auto x2 = x.reshape({-1, x.size(-1)}).contiguous();
   const auto wc = w.contiguous(), bc = b.defined() ? b.contiguous() : b;
   auto sizes = x.sizes().vec();
   sizes.back() = w.size(0);
-  Activated a{torch::empty(sizes, x.options()), torch::empty(sizes, x.options())};
+  Activated a = into;
+  if (a.pre.defined())
+    ME_CHECK(a.pre.is_contiguous() && a.out.is_contiguous() && a.pre.numel() == x2.size(0) * w.size(0) &&
+                 a.out.numel() == a.pre.numel(),
+             "linear_gelu: outputs must be contiguous with ", x2.size(0), " x ", w.size(0), " elements");
+  else
+    a = {torch::empty(sizes, x.options()), torch::empty(sizes, x.options())};
   if (!gemm_bias_gelu(x2.data_ptr(), wc.data_ptr(), bc.defined() ? bc.data_ptr() : nullptr, a.pre.data_ptr(),
                       a.out.data_ptr(), x2.size(0), w.size(1), w.size(0), current_stream()))
     return {};
   return a;
 }
 
-torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre) {
+torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,
+                           const torch::Tensor& into) {
   const auto dy = grad_out.reshape({-1, w.size(0)}).contiguous();
   const auto wc = w.contiguous(), p = pre.contiguous();
-  auto grad_pre = torch::empty_like(p);
+  if (into.defined())
+    ME_CHECK(into.is_contiguous() && into.numel() == p.numel(), "matmul_dgelu: the output must be contiguous with ",
+             p.numel(), " elements");
+  auto grad_pre = into.defined() ? into : torch::empty_like(p);
   if (!gemm_dgelu(dy.data_ptr(), wc.data_ptr(), p.data_ptr(), grad_pre.data_ptr(), dy.size(0), w.size(0), w.size(1),
                   current_stream()))
     return {};
@@ -388,8 +398,10 @@ void cross_entropy_backward_(torch::Tensor&, const torch::Tensor&, int64_t, cons
   not_compiled("cross_entropy_backward_");
 }
 bool gemm_gelu_fits(const torch::Tensor&, const torch::Tensor&) { return false; }
-Activated linear_gelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { not_compiled("linear_gelu"); }
-torch::Tensor matmul_dgelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+Activated linear_gelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const Activated&) {
+  not_compiled("linear_gelu");
+}
+torch::Tensor matmul_dgelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
   not_compiled("matmul_dgelu");
 }
 MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }

@@ -58,12 +58,16 @@ AddNorm add_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch
 // linear_gelu: {pre, out} = {x w^T + b, gelu(pre)} ([..., out]; b may be undefined).
 // matmul_dgelu: (grad_out w) * gelu'(pre), grad_out [..., out], pre [..., in].
 // Both give undefined tensors when cuBLASLt offers no kernel (the caller composes instead).
+// `into`: contiguous outputs of the right shape to write instead of new ones (row slices of a
+// larger result, for the chunked GEMMs of parallel/collective_matmul.h).
 struct Activated {
   torch::Tensor pre, out;
 };
 bool gemm_gelu_fits(const torch::Tensor& x, const torch::Tensor& w);
-Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
-torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre);
+Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                      const Activated& into = {});
+torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,
+                           const torch::Tensor& into = {});
 
 // Cross entropy pieces over a vocabulary shard of logits [rows, vocab] (see kernels.h).
 struct RowStats {

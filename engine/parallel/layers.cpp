@@ -3,16 +3,9 @@
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/parallel/collective_matmul.h"
 #include "engine/parallel/mappings.h"
 
-#if ME_TORCH_HAS_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <map>
-#include <mutex>
-#endif
 
 namespace me::parallel {
 
@@ -35,45 +28,6 @@ torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const 
 }
 
 namespace {
-
-#if ME_TORCH_HAS_CUDA
-// One side stream per GPU for tensor-parallel collectives in backward.
-c10::cuda::CUDAStream tp_stream(c10::DeviceIndex device) {
-  static std::mutex mutex;
-  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams.find(device);
-  if (it == streams.end()) it = streams.emplace(device, c10::cuda::getStreamFromPool(true, device)).first;
-  return it->second;
-}
-#endif
-
-// Runs `collective` (which produces `*out`) on the GPU's TP side stream, after the work queued so
-// far on the current stream, so the caller's next kernels overlap with it; the returned function
-// orders the current stream after it. On the CPU it runs at once.
-std::function<void()> start_collective(const torch::Tensor& in, torch::Tensor* out,
-                                       const std::function<void()>& collective) {
-#if ME_TORCH_HAS_CUDA
-  if (in.is_cuda()) {
-    const auto compute = c10::cuda::getCurrentCUDAStream(in.device().index());
-    const auto side = tp_stream(in.device().index());
-    at::cuda::CUDAEvent ready;
-    ready.record(compute);
-    ready.block(side);
-    {
-      c10::cuda::CUDAStreamGuard guard(side);
-      collective();
-    }
-    in.record_stream(side);  // the allocator must not reuse either block before both streams are done
-    out->record_stream(compute);
-    auto done = std::make_shared<at::cuda::CUDAEvent>();
-    done->record(side);
-    return [done, compute] { done->block(compute); };
-  }
-#endif
-  collective();
-  return [] {};
-}
 
 // The weight and bias gradients of y = x w^T + b from dy [rows, out] and x [rows, in]: into the
 // sink's main grads, one fp32-output GEMM per micro-batch adding into what earlier micro-batches
@@ -115,31 +69,112 @@ kernels::Activated gelu_epilogue(const torch::Tensor& x, const torch::Tensor& w,
   return {pre, torch::gelu(pre, "tanh")};
 }
 
+torch::Tensor rows2d(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+
+// The same two into existing outputs: rows x2 [n, in] into pre and act (act undefined: no GeLU).
+void linear_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, torch::Tensor pre,
+                 torch::Tensor act) {
+  if (act.defined() && kernels::gemm_gelu_fits(x2, w) && kernels::linear_gelu(x2, w, b, {pre, act}).pre.defined())
+    return;
+  if (b.defined()) at::addmm_out(pre, b, x2, w.t());
+  else at::mm_out(pre, x2, w.t());
+  if (act.defined()) act.copy_(torch::gelu(pre, "tanh"));
+}
+
+// Rows x2 of pre's gradient, (dy w) * gelu'(pre), into `into` (one GEMM with the dGeLU epilogue
+// where cuBLASLt has one).
+void dgelu_into(const torch::Tensor& dy2, const torch::Tensor& w, const torch::Tensor& pre2, torch::Tensor into) {
+  if (kernels::gemm_gelu_fits(dy2, w.t()) && kernels::matmul_dgelu(dy2, w, pre2, into).defined()) return;
+  into.copy_(at::gelu_backward(dy2.mm(w), pre2, "tanh"));
+}
+
+// A row-parallel layer's output under sequence parallelism: this rank's tokens of the TP sum of
+// the partial products f(rows of x) ([n, cols] each). With the overlap, each other rank's rows
+// are computed and sent to it while the next rows are computed; else one GEMM, then one
+// reduce-scatter.
+torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const TensorParallel& tp,
+                               const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = cols;
+  if (!tp.overlap_comm) return reduce_scatter_tokens(f(rows2d(x)).view(sizes), *tp.group);
+  ME_CHECK(x.size(1) % tp.size() == 0, "sequence parallelism: seq (", x.size(1), ") is not divisible by tp (",
+           tp.size(), ")");
+  sizes[1] /= tp.size();
+  const auto x2 = rows2d(x);
+  const int64_t chunk = x2.size(0) / tp.size();
+  return reduce_scatter_rows(chunk, tp, [&](int64_t first, int64_t n) { return f(x2.narrow(0, first, n)); })
+      .view(sizes);
+}
+
+// The gradient of reduce_scattered's input from this rank's tokens' output gradient dy: dy
+// all-gathered over the tokens (returned, for the weight gradient) while the input gradient of
+// this rank's own rows is computed by rows_into, then the rest.
+torch::Tensor gathered_grad(const torch::Tensor& dy, const TensorParallel& tp, const RowsInto& rows_into) {
+  if (tp.overlap_comm) return all_gather_rows(dy, tp, rows_into);
+  auto full = all_gather_tokens(dy, *tp.group);
+  rows_into(rows2d(full), 0);
+  return full;
+}
+
+// LinearMainGrad's forward arithmetic, the same with autograd and without (recomputation runs
+// the forward both ways and must get the same numbers): {the input as the GEMM saw it, output}.
+struct LinearForward {
+  torch::Tensor x;
+  kernels::Activated y;
+};
+LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
+                             const TensorParallel* tp, const TensorParallel* out_tp, bool gelu) {
+  LinearForward f;
+  if (tp && tp->sequence_parallel && tp->overlap_comm) {
+    auto sizes = in.sizes().vec();
+    sizes[1] *= tp->size();
+    sizes.back() = w.size(0);
+    f.y.pre = torch::empty(sizes, in.options());
+    if (gelu) f.y.out = torch::empty(sizes, in.options());
+    const auto pre2 = rows2d(f.y.pre), act2 = gelu ? rows2d(f.y.out) : torch::Tensor();
+    f.x = all_gather_rows(in, *tp, [&](const torch::Tensor& rows, int64_t first) {
+      const auto n = rows.size(0);
+      linear_into(rows, w, b, pre2.narrow(0, first, n), gelu ? act2.narrow(0, first, n) : torch::Tensor());
+    });
+    return f;
+  }
+  f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
+  if (out_tp) f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, [&](const torch::Tensor& r) { return linear_bias(r, w, b); });
+  else if (gelu) f.y = gelu_epilogue(f.x, w, b);
+  else f.y.pre = linear_bias(f.x, w, b);
+  return f;
+}
+
 // y = x w^T + b whose weight gradients go through weight_grads (gradient-accumulation fusion).
-// With a tensor-parallel group (a column-parallel layer's input): forward all-gathers the
-// sequence first under sequence parallelism; backward reduces the input gradient over TP
-// (all-reduce, or reduce-scatter along the sequence) on a side stream while the weight-gradient
-// GEMM runs: Megatron's LinearWithGradAccumulationAndAsyncCommunication.
+// With input_tp (a column-parallel layer's input): forward all-gathers the tokens first under
+// sequence parallelism, computing the GEMM on this rank's own tokens while the others arrive;
+// backward reduces the input gradient over TP (all-reduce, or reduce-scatter of the tokens) on a
+// side stream while the weight-gradient GEMM runs: Megatron's
+// LinearWithGradAccumulationAndAsyncCommunication. With output_tp (a row-parallel layer under
+// sequence parallelism): the output is reduce-scattered over the tokens, overlapped with the GEMM
+// (reduce_scattered), and backward all-gathers its gradient overlapped with the input-gradient GEMM.
 // With gelu: outputs {pre, gelu(pre)} from one GEMM (GeLU in cuBLASLt's epilogue); the second
 // carries no gradient (gelu_linear, its consumer, differentiates through pre).
 // Inputs {x, w} or {x, w, b} (an autograd function's inputs must be defined tensors).
 struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t input_tp, bool gelu) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t input_tp,
+                               int64_t output_tp, bool gelu) {
     ctx->saved_data["sink"] = sink;
     ctx->saved_data["tp"] = input_tp;
+    ctx->saved_data["out_tp"] = output_tp;
     // gelu(pre) never has a gradient: without this LibTorch would zero-fill one for it, a full
     // [tokens, 4h] pass per layer.
     ctx->set_materialize_grads(false);
-    const auto* tp = reinterpret_cast<const TensorParallel*>(input_tp);
-    auto x = tp && tp->sequence_parallel ? all_gather_tokens(in[0], *tp->group) : in[0];
-    auto saved = in.vec();
-    saved[0] = x;
-    ctx->save_for_backward(saved);
     const auto b = in.size() > 2 ? in[2] : torch::Tensor();
-    if (!gelu) return {linear_bias(x, in[1], b)};
-    auto a = gelu_epilogue(x, in[1], b);
-    ctx->mark_non_differentiable({a.out});
-    return {a.pre, a.out};
+    auto f = linear_forward(in[0], in[1], b, reinterpret_cast<const TensorParallel*>(input_tp),
+                            reinterpret_cast<const TensorParallel*>(output_tp), gelu);
+    auto saved = in.vec();
+    saved[0] = f.x;
+    auto& y = f.y;
+    ctx->save_for_backward(saved);
+    if (!gelu) return {y.pre};
+    ctx->mark_non_differentiable({y.out});
+    return {y.pre, y.out};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
@@ -147,10 +182,21 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     const auto b = saved.size() > 2 ? saved[2] : torch::Tensor();
     auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
     const auto* tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["tp"].toInt());
-    const size_t inputs = saved.size() + 3;  // the tensors, sink, tp, gelu
+    const auto* out_tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["out_tp"].toInt());
+    const size_t inputs = saved.size() + 4;  // the tensors, sink, tp, out_tp, gelu
     if (!grads[0].defined()) return variable_list(inputs);  // nothing flowed back
-    auto dy = grads[0].reshape({-1, w.size(0)});
-    auto dx = dy.mm(w).view(x.sizes());
+    torch::Tensor dy, dx;
+    if (out_tp) {
+      dx = torch::empty(x.sizes(), x.options());
+      const auto dx2 = rows2d(dx);
+      dy = rows2d(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
+        auto into = dx2.narrow(0, first, rows.size(0));
+        at::mm_out(into, rows, w);
+      }));
+    } else {
+      dy = rows2d(grads[0]);
+      dx = dy.mm(w).view(x.sizes());
+    }
     std::function<void()> join = [] {};
     if (tp) {
       auto full = dx;
@@ -158,36 +204,61 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
         if (tp->sequence_parallel) dx = reduce_scatter_tokens(full, *tp->group);
         else tp->group->all_reduce(dx, comm::ReduceOp::sum);
       };
-      if (tp->overlap_comm) join = start_collective(full, &dx, reduce);
+      if (tp->overlap_comm) join = start_collective({full}, reduce, &dx);
       else reduce();
     }
-    auto [dw, db] = weight_grads(dy, x.reshape({-1, w.size(1)}), w, b, sink);
+    auto [dw, db] = weight_grads(dy, rows2d(x), w, b, sink);
     join();
-    if (b.defined()) return {dx, dw, db, torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    auto out = variable_list{dx, dw};
+    if (b.defined()) out.push_back(db);
+    out.resize(inputs);
+    return out;
   }
 };
 
+// GeluLinearMainGrad's forward, with autograd or without.
+torch::Tensor gelu_linear_forward(const torch::Tensor& act, const torch::Tensor& w, const torch::Tensor& b,
+                                  const TensorParallel* out_tp) {
+  if (out_tp) return reduce_scattered(act, w.size(0), *out_tp, [&](const torch::Tensor& r) { return linear_bias(r, w, b); });
+  return linear_bias(act, w, b);
+}
+
 // y = act w^T + b where act = gelu(pre) came from LinearMainGrad's epilogue: backward forms
-// pre's gradient (dy w) * gelu'(pre) in the input-gradient GEMM's epilogue.
+// pre's gradient (dy w) * gelu'(pre) in the input-gradient GEMM's epilogue. With output_tp, as
+// LinearMainGrad's: the output reduce-scattered over the tokens, overlapped both ways.
 // Inputs {pre, act, w} or {pre, act, w, b}.
 struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad> {
-  static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, int64_t sink) {
+  static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t output_tp) {
     ctx->saved_data["sink"] = sink;
+    ctx->saved_data["out_tp"] = output_tp;
     ctx->save_for_backward(in.vec());
-    return linear_bias(in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor());
+    return gelu_linear_forward(in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor(),
+                               reinterpret_cast<const TensorParallel*>(output_tp));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto &pre = saved[0], &act = saved[1], &w = saved[2];
     const auto b = saved.size() > 3 ? saved[3] : torch::Tensor();
     auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
-    auto dy = grads[0].reshape({-1, w.size(0)});
-    auto dpre = kernels::matmul_dgelu(dy, w, pre);
-    if (!dpre.defined()) dpre = at::gelu_backward(dy.mm(w).view(pre.sizes()), pre, "tanh");
-    auto [dw, db] = weight_grads(dy, act.reshape({-1, w.size(1)}), w, b, sink);
-    if (b.defined()) return {dpre.view(pre.sizes()), torch::Tensor(), dw, db, torch::Tensor()};
-    return {dpre.view(pre.sizes()), torch::Tensor(), dw, torch::Tensor()};
+    const auto* out_tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["out_tp"].toInt());
+    auto dpre = torch::empty(pre.sizes(), pre.options());
+    const auto dpre2 = rows2d(dpre), pre2 = rows2d(pre);
+    auto rows_into = [&](const torch::Tensor& rows, int64_t first) {
+      const auto n = rows.size(0);
+      dgelu_into(rows, w, pre2.narrow(0, first, n), dpre2.narrow(0, first, n));
+    };
+    torch::Tensor dy;
+    if (out_tp) {
+      dy = rows2d(gathered_grad(grads[0].contiguous(), *out_tp, rows_into));
+    } else {
+      dy = rows2d(grads[0]);
+      rows_into(dy, 0);
+    }
+    auto [dw, db] = weight_grads(dy, rows2d(act), w, b, sink);
+    auto out = variable_list{dpre, torch::Tensor(), dw};
+    if (b.defined()) out.push_back(db);
+    out.resize(saved.size() + 2);  // the tensors, sink, out_tp
+    return out;
   }
 };
 
@@ -199,33 +270,53 @@ torch::Tensor tp_input(const torch::Tensor& x, const TensorParallel* tp) {
 
 }  // namespace
 
+namespace {
+// A row-parallel layer's group when its output is reduce-scattered inside the GEMM's function
+// (active, sequence parallelism); null otherwise.
+const TensorParallel* fused_output_tp(const TensorParallel* tp, const torch::Tensor& b) {
+  if (!tp || !tp->active()) return nullptr;
+  ME_CHECK(tp->sequence_parallel, "linear: output_tp is for sequence parallelism (without it the mapping all-reduces)");
+  ME_CHECK(!b.defined(), "linear: with output_tp the bias is added after the reduction, by the caller");
+  return tp;
+}
+}  // namespace
+
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
-                     const TensorParallel* input_tp) {
+                     const TensorParallel* input_tp, const TensorParallel* output_tp) {
   if (input_tp && !input_tp->active()) input_tp = nullptr;
-  if ((!sink && !input_tp) || !torch::GradMode::is_enabled() || !w.requires_grad())
-    return linear_bias(tp_input(x, input_tp), w, b);
+  output_tp = fused_output_tp(output_tp, b);
+  if (!input_tp && !output_tp && (!sink || !torch::GradMode::is_enabled() || !w.requires_grad()))
+    return linear_bias(x, w, b);
+  if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, input_tp, output_tp, false).y.pre;
+  if (!w.requires_grad()) {  // a frozen weight: LibTorch's autograd through the mappings
+    auto y = linear_bias(tp_input(x, input_tp), w, b);
+    return output_tp ? reduce_scatter_seq(y, *output_tp) : y;
+  }
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   // As a TensorList: a std::vector would be taken for a non-tensor argument (no gradient).
   return LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
-                               reinterpret_cast<int64_t>(input_tp), false)[0];
+                               reinterpret_cast<int64_t>(input_tp), reinterpret_cast<int64_t>(output_tp), false)[0];
 }
 
 kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                                MainGradSink* sink, const TensorParallel* input_tp) {
   if (input_tp && !input_tp->active()) input_tp = nullptr;
-  if (!torch::GradMode::is_enabled() || !w.requires_grad()) return gelu_epilogue(tp_input(x, input_tp), w, b);
+  if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, input_tp, nullptr, true).y;
+  if (!w.requires_grad()) return gelu_epilogue(tp_input(x, input_tp), w, b);
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   auto out = LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
-                                   reinterpret_cast<int64_t>(input_tp), true);
+                                   reinterpret_cast<int64_t>(input_tp), int64_t{0}, true);
   return {out[0], out[1]};
 }
 
 torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
-                          MainGradSink* sink) {
+                          MainGradSink* sink, const TensorParallel* output_tp) {
+  output_tp = fused_output_tp(output_tp, b);
   if (!torch::GradMode::is_enabled() || (!w.requires_grad() && !a.pre.requires_grad()))
-    return linear_bias(a.out, w, b);
+    return gelu_linear_forward(a.out, w, b, output_tp);
   const auto in = b.defined() ? variable_list{a.pre, a.out, w, b} : variable_list{a.pre, a.out, w};
-  return GeluLinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink));
+  return GeluLinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
+                                   reinterpret_cast<int64_t>(output_tp));
 }
 
 void attach_main_grads(torch::nn::Module& model, MainGradSink* sink) {
@@ -275,22 +366,23 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
 }
 
+// Under sequence parallelism the reduce-scatter happens inside the GEMM's function (overlapped
+// with it); without, the partial products are all-reduced after it. The bias is added once, after.
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   // Nothing to reduce: the bias can join the GEMM.
   if (!tp_.active()) return linear(x, weight, bias, main_grads);
-  return reduce_add_bias(linear(x, weight, {}, main_grads));
+  if (tp_.sequence_parallel) return add_bias(linear(x, weight, {}, main_grads, nullptr, &tp_));
+  return add_bias(reduce_from_tp(linear(x, weight, {}, main_grads), tp_));
 }
 
 torch::Tensor RowParallelLinearImpl::forward_gelu(const kernels::Activated& a) {
   if (!a.out.defined()) return forward(torch::gelu(a.pre, "tanh"));
   if (!tp_.active()) return gelu_linear(a, weight, bias, main_grads);
-  return reduce_add_bias(gelu_linear(a, weight, {}, main_grads));
+  if (tp_.sequence_parallel) return add_bias(gelu_linear(a, weight, {}, main_grads, &tp_));
+  return add_bias(reduce_from_tp(gelu_linear(a, weight, {}, main_grads), tp_));
 }
 
-torch::Tensor RowParallelLinearImpl::reduce_add_bias(const torch::Tensor& partial) {
-  auto y = tp_.sequence_parallel ? reduce_scatter_seq(partial, tp_) : reduce_from_tp(partial, tp_);
-  return bias.defined() ? y + bias : y;
-}
+torch::Tensor RowParallelLinearImpl::add_bias(const torch::Tensor& y) { return bias.defined() ? y + bias : y; }
 
 std::vector<std::pair<std::string, ShardInfo>> RowParallelLinearImpl::shards() const {
   std::vector<std::pair<std::string, ShardInfo>> s{{"weight", {{out_, in_}, 1, false}}};

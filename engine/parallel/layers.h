@@ -28,12 +28,15 @@ torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const 
 // linear_bias whose backward writes the weight and bias gradients into `sink`'s fp32 main grads
 // (gradient-accumulation fusion) instead of returning them to autograd; w must then feed no
 // other operation (its gradient is marked complete as soon as this one is written). With
-// input_tp, x is a column-parallel layer's input: all-gathered along the sequence first under
-// sequence parallelism, and its gradient reduced over TP in backward on a side stream, overlapped
-// with the weight-gradient GEMM. Plain linear_bias (after the input's mapping) when neither
-// applies or no gradient is being recorded.
+// input_tp, x is a column-parallel layer's input: all-gathered over the tokens first under
+// sequence parallelism (the GEMM starting on this rank's own tokens while the others arrive),
+// and its gradient reduced over TP in backward on a side stream, overlapped with the
+// weight-gradient GEMM. With output_tp (sequence parallelism, b undefined), the output is a
+// row-parallel layer's: reduce-scattered over the tokens, each rank's rows sent as soon as they
+// are computed (parallel/collective_matmul.h); backward gathers the output gradient the same
+// way. Plain linear_bias (and the mappings) when none applies or no gradient is being recorded.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
-                     const TensorParallel* input_tp = nullptr);
+                     const TensorParallel* input_tp = nullptr, const TensorParallel* output_tp = nullptr);
 
 // GeLU (tanh form) between two linear layers inside the GEMMs' epilogues (kernels::Op::gemm_gelu):
 // linear_gelu is linear() returning {pre, gelu(pre)} from one GEMM, the second without a
@@ -44,7 +47,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                                MainGradSink* sink, const TensorParallel* input_tp = nullptr);
 torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
-                          MainGradSink* sink);
+                          MainGradSink* sink, const TensorParallel* output_tp = nullptr);
 
 // y = x A^T + b with A split by rows (output features). Input: the full activation, or this
 // rank's sequence slice under sequence parallelism (gathered here). Output: this rank's
@@ -85,7 +88,7 @@ class RowParallelLinearImpl : public torch::nn::Module {
   MainGradSink* main_grads = nullptr;  // set by attach_main_grads
 
  private:
-  torch::Tensor reduce_add_bias(const torch::Tensor& partial);  // over TP, then the bias once
+  torch::Tensor add_bias(const torch::Tensor& y);  // after the reduction over TP
 
   int64_t in_, out_;
   TensorParallel tp_;

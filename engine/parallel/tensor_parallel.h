@@ -9,8 +9,10 @@ namespace me::parallel {
 struct TensorParallel {
   comm::ProcessGroup* group = nullptr;  // not owned; outlives the model
   bool sequence_parallel = false;
-  // Column-parallel layers reduce their input gradient on a side stream while their weight
-  // gradient is computed (parallel::linear); false: in line, for A/B comparisons.
+  // TP collectives on a side stream, overlapped with the GEMMs beside them (parallel::linear):
+  // column-parallel layers' input-gradient reduction with the weight-gradient GEMM, and under
+  // sequence parallelism the all-gathers and reduce-scatters chunk by chunk with the GEMMs that
+  // consume or produce them (parallel/collective_matmul.h). false: in line, for A/B comparisons.
   bool overlap_comm = true;
 
   int size() const { return group ? group->size() : 1; }

@@ -1,0 +1,97 @@
+#include "engine/parallel/collective_matmul.h"
+
+#include "engine/core/error.h"
+#include "engine/core/torch_compat.h"
+
+#if ME_TORCH_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <mutex>
+#endif
+
+namespace me::parallel {
+
+namespace {
+#if ME_TORCH_HAS_CUDA
+// One side stream per GPU for tensor-parallel collectives.
+c10::cuda::CUDAStream tp_stream(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device);
+  if (it == streams.end()) it = streams.emplace(device, c10::cuda::getStreamFromPool(true, device)).first;
+  return it->second;
+}
+#endif
+
+torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); }
+}  // namespace
+
+std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
+                                       torch::Tensor* produced) {
+#if ME_TORCH_HAS_CUDA
+  if (!uses.empty() && uses.front().is_cuda()) {
+    const auto index = uses.front().device().index();
+    const auto compute = c10::cuda::getCurrentCUDAStream(index);
+    const auto side = tp_stream(index);
+    at::cuda::CUDAEvent ready;
+    ready.record(compute);
+    ready.block(side);
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      collective();
+    }
+    // The allocator must not hand these blocks out again before both streams are done.
+    for (const auto& t : uses) t.record_stream(side);
+    if (produced && produced->defined()) produced->record_stream(compute);
+    auto done = std::make_shared<at::cuda::CUDAEvent>();
+    done->record(side);
+    return [done, compute] { done->block(compute); };
+  }
+#endif
+  collective();
+  return [] {};
+}
+
+torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows) {
+  ME_CHECK(local.dim() >= 2, "all_gather_rows: expected [batch, seq / tp, ...], got shape ", local.sizes());
+  auto in = local.contiguous();
+  auto& group = *tp.group;
+  auto sizes = in.sizes().vec();
+  sizes[1] *= group.size();
+  auto gathered = torch::empty(sizes, in.options());
+  auto join = start_collective({in, gathered}, [&] { group.all_gather(gathered, in); });
+  const int64_t m = rows2d(in).size(0), first = m * group.rank(), total = m * group.size();
+  rows(rows2d(in), first);
+  join();
+  const auto all = rows2d(gathered);
+  if (first > 0) rows(all.narrow(0, 0, first), 0);
+  if (first + m < total) rows(all.narrow(0, first + m, total - first - m), first + m);
+  return gathered;
+}
+
+torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
+                                  const std::function<torch::Tensor(int64_t first, int64_t n)>& partial) {
+  auto& group = *tp.group;
+  const int size = group.size(), rank = group.rank();
+  std::vector<torch::Tensor> received;
+  std::vector<std::function<void()>> joins;
+  for (int step = 1; step < size; ++step) {
+    const int to = (rank + step) % size, from = (rank - step + size) % size;
+    auto mine = partial(to * chunk_rows, chunk_rows).contiguous();
+    auto theirs = torch::empty_like(mine);
+    joins.push_back(start_collective({mine, theirs}, [&] {
+      group.send_recv({{comm::PeerOp::send, mine, to}, {comm::PeerOp::recv, theirs, from}});
+    }));
+    received.push_back(theirs);
+  }
+  auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
+  for (auto& join : joins) join();
+  for (const auto& r : received) own.add_(r);
+  return own;
+}
+
+}  // namespace me::parallel

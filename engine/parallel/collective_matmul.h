@@ -1,0 +1,41 @@
+// Sequence-parallel collectives overlapped with the GEMMs beside them, chunk by chunk (what
+// Megatron calls --tp-comm-overlap): the collective runs on a side stream while the GEMM works
+// on the rows it does not need. Rows are tokens: under sequence parallelism rank r holds the
+// r-th of tp consecutive chunks of a [batch x seq] tensor's rows (parallel/mappings.h).
+//
+// On the CPU the collectives run in line (same results, no overlap): the tests there cover the
+// chunking itself.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+
+#include "engine/parallel/tensor_parallel.h"
+
+namespace me::parallel {
+
+// Queues `collective` on this GPU's tensor-parallel side stream after everything queued so far
+// on the current stream, so that what the caller queues next overlaps it; the returned function
+// orders the current stream after it. `uses`: the current stream's tensors the collective reads
+// or writes (kept from the allocator until the side stream is done with them); `produced`: a
+// tensor the collective allocates, handed back to the current stream. On the CPU it runs at once.
+std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
+                                       torch::Tensor* produced = nullptr);
+
+// Computes output rows [first, first + in.size(0)) from input rows `in` (2-D), writing them
+// into an output the caller owns.
+using RowsInto = std::function<void(const torch::Tensor& in, int64_t first)>;
+
+// All-gathers this rank's chunk `local` ([b, s / tp, ...]) into [b, s, ...], which it returns,
+// and calls rows() on every chunk of it: on this rank's own while the others arrive, then on
+// the rows before it and the rows after it.
+torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows);
+
+// Returns this rank's chunk ([chunk_rows, cols]) of the sum over ranks of a [tp x chunk_rows,
+// cols] partial result whose rows partial(first, n) computes (a new 2-D tensor): each other
+// rank's rows first, each sent to that rank as soon as it is computed (ring order, so every pair
+// of ranks meets at the same step), this rank's own rows last, then the received partials added.
+torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
+                                  const std::function<torch::Tensor(int64_t first, int64_t n)>& partial);
+
+}  // namespace me::parallel
