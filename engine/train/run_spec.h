@@ -42,8 +42,8 @@ struct ParallelSpec {
   // Linear layers' weight-gradient GEMMs write fp32 straight into the main-grad buffer
   // (parallel/main_grad.h); false: bf16 gradients copied in by hooks (for A/B comparisons).
   bool grad_accumulation_fusion = true;
-  // Column-parallel layers' input-gradient all-reduce / reduce-scatter overlapped with their
-  // weight-gradient GEMM (a side stream on the GPU); false: in line.
+  // Tensor-parallel collectives overlapped with the GEMMs beside them (a side stream on the GPU;
+  // parallel::linear, parallel/collective_matmul.h); false: in line.
   bool tp_comm_overlap = true;
   // Distributed optimizer: the updated parameters' all-gathers run on a side stream and the next
   // forward waits for each part's bucket just before using it (Megatron's --overlap-param-gather);
