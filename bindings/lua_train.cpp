@@ -171,6 +171,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.grad_accumulation_fusion =
         field_boolean(L, t, "grad_accumulation_fusion", "parallel", p.grad_accumulation_fusion);
     p.tp_comm_overlap = field_boolean(L, t, "tp_comm_overlap", "parallel", p.tp_comm_overlap);
+    p.tp_comm_sm_margin = field_integer(L, t, "tp_comm_sm_margin", "parallel", p.tp_comm_sm_margin);
     p.overlap_param_gather = field_boolean(L, t, "overlap_param_gather", "parallel", p.overlap_param_gather);
     lua_pop(L, 1);
   }

@@ -5,8 +5,11 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 // ME_TORCH_HAS_CUDA: set by CMake when LibTorch was built with CUDA (the GPU machine).
@@ -27,6 +30,29 @@
 #define ME_HAS_RMS_NORM ME_TORCH_AT_LEAST(2, 4)
 
 namespace me::compat {
+
+namespace detail {
+template <typename C, typename = void>
+struct HasSmCarveout : std::false_type {};
+template <typename C>
+struct HasSmCarveout<C, std::void_t<decltype(std::declval<C&>()._setSMCarveout_EXPERIMENTAL(std::optional<int32_t>{}))>>
+    : std::true_type {};
+}  // namespace detail
+
+// LibTorch's SM carve-out for its cuBLASLt GEMMs (Context::_setSMCarveout_EXPERIMENTAL, recent
+// releases only; detected, not assumed): the GEMMs then target all but `sms` multiprocessors.
+// Returns false where this LibTorch has none.
+template <typename C = at::Context>
+inline bool set_matmul_sm_carveout(std::optional<int32_t> sms, C& context = at::globalContext()) {
+  if constexpr (detail::HasSmCarveout<C>::value) {
+    context._setSMCarveout_EXPERIMENTAL(sms);
+    return true;
+  } else {
+    (void)sms;
+    (void)context;
+    return false;
+  }
+}
 
 // Which fused attention kernel SDPA prefers on the GPU, from ME_ATTENTION: "auto" (LibTorch's own
 // order), "flash" (FlashAttention-2) or "cudnn" (cuDNN's fused attention, Hopper-tuned). Read once.

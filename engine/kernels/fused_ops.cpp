@@ -398,6 +398,7 @@ void cross_entropy_backward_(torch::Tensor&, const torch::Tensor&, int64_t, cons
   not_compiled("cross_entropy_backward_");
 }
 bool gemm_gelu_fits(const torch::Tensor&, const torch::Tensor&) { return false; }
+void set_gemm_sm_count_target(int) {}
 Activated linear_gelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const Activated&) {
   not_compiled("linear_gelu");
 }

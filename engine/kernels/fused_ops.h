@@ -64,6 +64,7 @@ struct Activated {
   torch::Tensor pre, out;
 };
 bool gemm_gelu_fits(const torch::Tensor& x, const torch::Tensor& w);
+void set_gemm_sm_count_target(int sms);  // kernels.h's; a no-op without the CUDA kernels
 Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                       const Activated& into = {});
 torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,

@@ -49,7 +49,10 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-using Key = std::array<int64_t, 14>;
+using Key = std::array<int64_t, 15>;
+
+// Multiprocessors this thread's GEMMs target (0: all), see set_gemm_sm_count_target.
+thread_local int sm_count_target = 0;
 
 struct Context {
   cublasLtHandle_t handle = nullptr;
@@ -96,6 +99,7 @@ bool run(const Gemm& g, cudaStream_t stream) {
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb);
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
   if (g.bias) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (sm_count_target > 0) set(desc.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{sm_count_target});
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd);
   check(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
@@ -108,7 +112,7 @@ bool run(const Gemm& g, cudaStream_t stream) {
   const uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_d = alignment(g.d),
                  align_x = std::min(alignment(g.aux), g.bias ? alignment(g.bias) : 256u);
   const Key key{device, g.transpose_a, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, int64_t(g.epilogue), g.bias != nullptr,
-                align_a, align_b, align_d, align_x};
+                align_a, align_b, align_d, align_x, sm_count_target};
   std::pair<bool, cublasLtMatmulAlgo_t> algo{};
   void* workspace = nullptr;
   {
@@ -149,6 +153,8 @@ bool run(const Gemm& g, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void set_gemm_sm_count_target(int sms) { sm_count_target = sms > 0 ? sms : 0; }
 
 bool gemm_gelu_supported(int64_t in_features, int64_t out_features) {
   // 16-byte rows for every operand (bf16: multiples of 8), as the epilogue's aux matrix needs.

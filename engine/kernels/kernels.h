@@ -85,6 +85,9 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
 // Both return false when cuBLASLt offers no kernel for the shape (the caller composes instead).
 // A 32 MiB workspace per device and stream is allocated on first use and kept.
 bool gemm_gelu_supported(int64_t in_features, int64_t out_features);  // both multiples of 8
+// The multiprocessors this thread's GeLU GEMMs target from now on (0: all; cuBLASLt's
+// SM_COUNT_TARGET), to leave room for a collective running beside them.
+void set_gemm_sm_count_target(int sms);
 bool gemm_bias_gelu(const void* x, const void* w, const void* bias, void* pre, void* out, int64_t rows,
                     int64_t in_features, int64_t out_features, void* stream);
 bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad_pre, int64_t rows,

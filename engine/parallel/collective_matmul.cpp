@@ -2,8 +2,13 @@
 
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
+#include "engine/kernels/fused_ops.h"
+
+#include <algorithm>
+#include <optional>
 
 #if ME_TORCH_HAS_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -56,6 +61,31 @@ std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, c
   return [] {};
 }
 
+SmMarginForCollective::SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp) {
+#if ME_TORCH_HAS_CUDA
+  if (tp.gemm_sm_margin <= 0 || !on.is_cuda()) return;
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int target = std::max(1, sms - tp.gemm_sm_margin);
+  ME_CHECK(cublasSetSmCountTarget(at::cuda::getCurrentCUDABlasHandle(), target) == CUBLAS_STATUS_SUCCESS,
+           "cublasSetSmCountTarget(", target, ") failed");
+  compat::set_matmul_sm_carveout(sms - target);  // LibTorch's cuBLASLt GEMMs, where it has the setting
+  kernels::set_gemm_sm_count_target(target);      // ours (GeLU epilogues)
+  active_ = true;
+#else
+  (void)on;
+  (void)tp;
+#endif
+}
+
+SmMarginForCollective::~SmMarginForCollective() {
+#if ME_TORCH_HAS_CUDA
+  if (!active_) return;
+  cublasSetSmCountTarget(at::cuda::getCurrentCUDABlasHandle(), 0);  // 0: cuBLAS's own choice again
+  compat::set_matmul_sm_carveout(std::nullopt);
+  kernels::set_gemm_sm_count_target(0);
+#endif
+}
+
 torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows) {
   ME_CHECK(local.dim() >= 2, "all_gather_rows: expected [batch, seq / tp, ...], got shape ", local.sizes());
   auto in = local.contiguous();
@@ -65,7 +95,10 @@ torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& 
   auto gathered = torch::empty(sizes, in.options());
   auto join = start_collective({in, gathered}, [&] { group.all_gather(gathered, in); });
   const int64_t m = rows2d(in).size(0), first = m * group.rank(), total = m * group.size();
-  rows(rows2d(in), first);
+  {
+    SmMarginForCollective margin(in, tp);
+    rows(rows2d(in), first);
+  }
   join();
   const auto all = rows2d(gathered);
   if (first > 0) rows(all.narrow(0, 0, first), 0);
@@ -79,9 +112,11 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
   const int size = group.size(), rank = group.rank();
   std::vector<torch::Tensor> received;
   std::vector<std::function<void()>> joins;
+  std::optional<SmMarginForCollective> margin;  // from the second GEMM on, a send runs beside each
   for (int step = 1; step < size; ++step) {
     const int to = (rank + step) % size, from = (rank - step + size) % size;
     auto mine = partial(to * chunk_rows, chunk_rows).contiguous();
+    if (!margin) margin.emplace(mine, tp);
     auto theirs = torch::empty_like(mine);
     joins.push_back(start_collective({mine, theirs}, [&] {
       group.send_recv({{comm::PeerOp::send, mine, to}, {comm::PeerOp::recv, theirs, from}});
@@ -89,6 +124,7 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
     received.push_back(theirs);
   }
   auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
+  margin.reset();
   for (auto& join : joins) join();
   for (const auto& r : received) own.add_(r);
   return own;

@@ -22,6 +22,21 @@ namespace me::parallel {
 std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
                                        torch::Tensor* produced = nullptr);
 
+// While it lives, the cuBLAS GEMMs queued on the GPU of `on` target all but tp.gemm_sm_margin
+// multiprocessors: a GEMM whose persistent blocks fill every SM would otherwise make the
+// collective beside it wait, and the two would run one after the other. No effect on the CPU or
+// with a margin of 0.
+class SmMarginForCollective {
+ public:
+  SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp);
+  ~SmMarginForCollective();
+  SmMarginForCollective(const SmMarginForCollective&) = delete;
+  SmMarginForCollective& operator=(const SmMarginForCollective&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 // Computes output rows [first, first + in.size(0)) from input rows `in` (2-D), writing them
 // into an output the caller owns.
 using RowsInto = std::function<void(const torch::Tensor& in, int64_t first)>;

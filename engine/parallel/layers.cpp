@@ -6,6 +6,9 @@
 #include "engine/parallel/collective_matmul.h"
 #include "engine/parallel/mappings.h"
 
+#include <optional>
+#include <tuple>
+
 
 namespace me::parallel {
 
@@ -207,7 +210,12 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       if (tp->overlap_comm) join = start_collective({full}, reduce, &dx);
       else reduce();
     }
-    auto [dw, db] = weight_grads(dy, rows2d(x), w, b, sink);
+    torch::Tensor dw, db;
+    {
+      std::optional<SmMarginForCollective> margin;
+      if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
+      std::tie(dw, db) = weight_grads(dy, rows2d(x), w, b, sink);
+    }
     join();
     auto out = variable_list{dx, dw};
     if (b.defined()) out.push_back(db);

@@ -45,6 +45,8 @@ struct ParallelSpec {
   // Tensor-parallel collectives overlapped with the GEMMs beside them (a side stream on the GPU;
   // parallel::linear, parallel/collective_matmul.h); false: in line.
   bool tp_comm_overlap = true;
+  // Multiprocessors the GEMMs leave to a TP collective running beside them (0: none).
+  int64_t tp_comm_sm_margin = 0;
   // Distributed optimizer: the updated parameters' all-gathers run on a side stream and the next
   // forward waits for each part's bucket just before using it (Megatron's --overlap-param-gather);
   // false: gathered in line before the step returns.

@@ -43,6 +43,9 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
   ME_CHECK(par.bucket_mb > 0, "parallel.bucket_mb must be positive, got ", par.bucket_mb);
+  ME_CHECK(par.tp_comm_sm_margin >= 0 && par.tp_comm_sm_margin < 1024,
+           "parallel.tp_comm_sm_margin is a number of multiprocessors (0 or more, below the GPU's), got ",
+           par.tp_comm_sm_margin);
 
   // Several ranks (a launcher set RANK/WORLD_SIZE or Slurm did): communicate.
   const auto env = comm::read_launch_env();
@@ -90,6 +93,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   if (groups_) tp.group = groups_->tp.get();
   tp.sequence_parallel = par.sequence_parallel;
   tp.overlap_comm = par.tp_comm_overlap;
+  tp.gemm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
   model::PipelineStage stage;
   if (groups_) stage = {groups_->pp->rank(), groups_->pp->size()};
   model_ = model::Transformer(spec_.model, tp, stage);
