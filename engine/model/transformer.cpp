@@ -170,14 +170,40 @@ Residual BlockImpl::forward(const Residual& in) {
   return body(in);
 }
 
+std::pair<int64_t, int64_t> PipelineStage::layer_range(int64_t layers) const {
+  ME_CHECK(first_layers >= 0 && last_layers >= 0, "parallel.pp_first_layers and pp_last_layers must be 0 (an even ",
+           "share) or positive, got ", first_layers, " and ", last_layers);
+  ME_CHECK(count > 1 || (first_layers == 0 && last_layers == 0),
+           "parallel.pp_first_layers / pp_last_layers need pipeline parallelism (parallel.pp > 1)");
+  const bool fixed_first = first_layers > 0, fixed_last = last_layers > 0;
+  const int64_t even = count - fixed_first - fixed_last, rest = layers - first_layers - last_layers;
+  if (!fixed_first && !fixed_last)
+    ME_CHECK(layers % count == 0, "model.layers (", layers, ") is not divisible by parallel.pp (", count,
+             "): choose a pp that divides ", layers, ", or give the first and last stages their own number of ",
+             "layers (parallel.pp_first_layers, parallel.pp_last_layers)");
+  else if (even == 0)
+    ME_CHECK(rest == 0, "parallel.pp_first_layers (", first_layers, ") + pp_last_layers (", last_layers,
+             ") must add up to model.layers (", layers, ") with ", count, " pipeline stages");
+  else
+    ME_CHECK(rest >= even && rest % even == 0, "model.layers (", layers, ") less the first and last stages' (",
+             first_layers, " and ", last_layers, ") leaves ", rest, " layers, which the other ", even,
+             " pipeline stages cannot share evenly (at least one each)");
+  const int64_t share = even > 0 ? rest / even : 0;
+  auto size = [&](int i) {
+    if (i == 0 && fixed_first) return first_layers;
+    if (i == count - 1 && fixed_last) return last_layers;
+    return share;
+  };
+  int64_t start = 0;
+  for (int i = 0; i < index; ++i) start += size(i);
+  return {start, size(index)};
+}
+
 TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp, PipelineStage stage)
     : cfg_(cfg), tp_(tp), stage_(stage) {
   cfg_.validate("model", tp.size(), tp.sequence_parallel);
   ME_CHECK(stage_.count >= 1 && stage_.index >= 0 && stage_.index < stage_.count, "pipeline stage ", stage_.index,
            " of ", stage_.count, " does not exist");
-  ME_CHECK(cfg_.layers % stage_.count == 0, "model.layers (", cfg_.layers, ") is not divisible by parallel.pp (",
-           stage_.count, "): every pipeline stage holds the same number of layers; choose a pp that divides ",
-           cfg_.layers);
   const int64_t vocab = cfg_.padded_vocab(tp.size());
   if (stage_.first() || (stage_.last() && cfg_.tie_embeddings))
     embedding_ = register_module("embedding", parallel::VocabParallelEmbedding(vocab, cfg_.hidden, tp));
@@ -186,8 +212,8 @@ TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp
   std::shared_ptr<parallel::Rotary> rope;
   if (cfg_.position == "rope") rope = std::make_shared<parallel::Rotary>(cfg_.head_dim(), cfg_.seq, cfg_.rope_base);
   blocks_ = register_module("blocks", torch::nn::ModuleList());
-  const int64_t layers = cfg_.layers / stage_.count;
-  first_layer_ = layers * stage_.index;
+  const auto [first_layer, layers] = stage_.layer_range(cfg_.layers);
+  first_layer_ = first_layer;
   for (int64_t i = first_layer_; i < first_layer_ + layers; ++i) {
     const bool recompute = cfg_.recompute == "full" && i % cfg_.recompute_every == 0;
     blocks_->push_back(Block(cfg_, tp, rope, recompute));

@@ -37,6 +37,9 @@ struct OptimSpec {
 struct ParallelSpec {
   int64_t tp = 1, pp = 1;  // dp is what is left of the world
   bool sequence_parallel = false;
+  // Layers of the first and of the last pipeline stage (0: an even share). They hold the
+  // embedding and the output layer, so they may take fewer layers than the others.
+  int64_t pp_first_layers = 0, pp_last_layers = 0;
   bool distributed_optimizer = false;  // ZeRO-1: masters and optimizer state sharded over dp
   double bucket_mb = 25.0;             // gradient buckets reduced while backward goes on
   // Linear layers' weight-gradient GEMMs write fp32 straight into the main-grad buffer

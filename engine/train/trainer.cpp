@@ -43,6 +43,8 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
   ME_CHECK(par.bucket_mb > 0, "parallel.bucket_mb must be positive, got ", par.bucket_mb);
+  // The pipeline's layer split, checked before anything is built (every stage would find the same error).
+  model::PipelineStage{0, static_cast<int>(par.pp), par.pp_first_layers, par.pp_last_layers}.layer_range(spec_.model.layers);
   ME_CHECK(par.tp_comm_sm_margin >= 0 && par.tp_comm_sm_margin < 1024,
            "parallel.tp_comm_sm_margin is a number of multiprocessors (0 or more, below the GPU's), got ",
            par.tp_comm_sm_margin);
@@ -95,7 +97,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   tp.overlap_comm = par.tp_comm_overlap;
   tp.gemm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
   model::PipelineStage stage;
-  if (groups_) stage = {groups_->pp->rank(), groups_->pp->size()};
+  if (groups_) stage = {groups_->pp->rank(), groups_->pp->size(), par.pp_first_layers, par.pp_last_layers};
   model_ = model::Transformer(spec_.model, tp, stage);
   model_->reset_parameters(spec_.seed);
   model_->to(device_, spec_.precision == "bf16" ? torch::kBFloat16 : spec_.precision == "fp16" ? torch::kHalf : torch::kFloat);
@@ -266,7 +268,12 @@ Summary Trainer::run() {
               " x accumulation ", accumulation_, ")");
     log::info("data: ", data_->describe());
     if (const int pp = pipeline_->stages(); pp > 1) {
-      log::info("pipeline: ", pp, " stages of ", spec_.model.layers / pp, " layers, 1F1B over ", accumulation_,
+      std::string split;
+      for (int i = 0; i < pp; ++i) {
+        const model::PipelineStage st{i, pp, spec_.parallel.pp_first_layers, spec_.parallel.pp_last_layers};
+        split += (i ? "/" : "") + std::to_string(st.layer_range(spec_.model.layers).second);
+      }
+      log::info("pipeline: ", pp, " stages of ", split, " layers, 1F1B over ", accumulation_,
                 " micro-batches per step (idle share (pp - 1) / (micro-batches + pp - 1) = ",
                 std::round(1000.0 * (pp - 1) / static_cast<double>(accumulation_ + pp - 1)) / 10, "%)");
       if (accumulation_ < pp)

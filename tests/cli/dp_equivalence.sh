@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data parallelism, the distributed optimizer, tensor x data parallelism and pipeline
-# parallelism (1F1B, with tied and untied embeddings, 2 and 4 stages), for GPT and LLaMA, reproduce the
+# parallelism (1F1B, with tied and untied embeddings, 2 and 4 stages, even and uneven), for GPT and LLaMA, reproduce the
 # single-process loss curve: 20 steps at the same global batch (8 = micro 2 x dp x
 # accumulation), fp32. Tolerance: relative difference of every step's loss and gradient norm
 # below 1e-5 (reduction order differs between layouts; Adam amplifies it a little per step).
@@ -32,6 +32,7 @@ if [ "$mode" = gpt ]; then
 else
   layouts="dp2:dp1 dp4:dp1 dp2_distopt:dp1 dp4_distopt:dp1 tp2_dp2:dp1 tp2_dp2_sp_distopt:dp1 pp2:dp1
            pp2_dp2_distopt:dp1 tp2_pp2_sp:dp1 pp2_untied:dp1_untied pp4_4layers:dp1_4layers
+           pp2_uneven_3_1:dp1_4layers pp3_uneven_1_1_2:dp1_4layers
            dp1_unfused:dp1 dp2_unfused:dp1 tp2_sp_inline:dp1 llama_pp2:llama_dp1 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1"
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
@@ -54,6 +55,9 @@ else
   run pp2_untied 2 parallel.pp=2 model.tie_embeddings=false
   run dp1_4layers 1 model.layers=4
   run pp4_4layers 4 parallel.pp=4 model.layers=4
+  # uneven pipeline stages (parallel.pp_first_layers / pp_last_layers)
+  run pp2_uneven_3_1 2 parallel.pp=2 model.layers=4 parallel.pp_first_layers=3
+  run pp3_uneven_1_1_2 3 parallel.pp=3 model.layers=4 parallel.pp_last_layers=2
 fi
 
 status=0
