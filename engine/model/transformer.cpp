@@ -407,11 +407,20 @@ std::vector<int64_t> generate(Transformer& model, std::vector<int64_t> tokens, i
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
-  auto last_logits = [&](const torch::Tensor& input) { return model->full_logits(input).select(1, -1).squeeze(0); };
+  auto last_logits = [&](const torch::Tensor& input) {
+    const auto padded = pad_for_sequence_parallel(input, model->tensor_parallel());
+    return model->full_logits(padded).select(1, input.size(1) - 1).squeeze(0);
+  };
   const auto device = model->parameters().front().device();
   auto out = generate(last_logits, model->config(), device, std::move(tokens), count, top_k, temperature, seed);
   if (was_training) model->train();
   return out;
+}
+
+torch::Tensor pad_for_sequence_parallel(const torch::Tensor& tokens, const TensorParallel& tp) {
+  if (!tp.active() || !tp.sequence_parallel || tokens.size(1) % tp.size() == 0) return tokens;
+  const int64_t pad = tp.size() - tokens.size(1) % tp.size();
+  return torch::cat({tokens, torch::zeros({tokens.size(0), pad}, tokens.options())}, 1);
 }
 
 std::vector<int64_t> generate(const LastLogits& last_logits, const TransformerConfig& config, torch::Device device,

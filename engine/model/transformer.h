@@ -166,6 +166,10 @@ std::vector<int64_t> generate(Transformer& model, std::vector<int64_t> prompt, i
 // vocabulary's logits at the last position, [vocab >= config.vocab] (a pipeline's last stage
 // computes them and shares them with the other stages).
 using LastLogits = std::function<torch::Tensor(const torch::Tensor& tokens)>;
+// tokens [batch, len] right-padded to a length sequence parallelism can split (a multiple of
+// tp; model.seq is one, so a prompt that fits still fits): causal attention keeps the padding
+// from the real tokens, whose logits stay at positions 0..len-1.
+torch::Tensor pad_for_sequence_parallel(const torch::Tensor& tokens, const TensorParallel& tp);
 std::vector<int64_t> generate(const LastLogits& last_logits, const TransformerConfig& config, torch::Device device,
                               std::vector<int64_t> prompt, int64_t count, int64_t top_k, double temperature,
                               uint64_t seed);

@@ -4,7 +4,6 @@
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
 
-#include <algorithm>
 #include <optional>
 
 #if ME_TORCH_HAS_CUDA
@@ -63,14 +62,18 @@ std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, c
 
 SmMarginForCollective::SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp) {
 #if ME_TORCH_HAS_CUDA
-  if (tp.gemm_sm_margin <= 0 || !on.is_cuda()) return;
+  if (tp.comm_sm_margin <= 0 || !on.is_cuda()) return;
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int target = std::max(1, sms - tp.gemm_sm_margin);
-  ME_CHECK(cublasSetSmCountTarget(at::cuda::getCurrentCUDABlasHandle(), target) == CUBLAS_STATUS_SUCCESS,
+  ME_CHECK(tp.comm_sm_margin < sms, "parallel.tp_comm_sm_margin (", tp.comm_sm_margin,
+           ") must leave the GEMMs some of this GPU's ", sms, " multiprocessors");
+  const int target = sms - tp.comm_sm_margin;
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
+  ME_CHECK(cublasGetSmCountTarget(handle, &previous_) == CUBLAS_STATUS_SUCCESS &&
+               cublasSetSmCountTarget(handle, target) == CUBLAS_STATUS_SUCCESS,
            "cublasSetSmCountTarget(", target, ") failed");
-  compat::set_matmul_sm_carveout(sms - target);  // LibTorch's cuBLASLt GEMMs, where it has the setting
-  kernels::set_gemm_sm_count_target(target);      // ours (GeLU epilogues)
-  active_ = true;
+  handle_ = handle;
+  compat::set_matmul_sm_carveout(tp.comm_sm_margin);  // LibTorch's cuBLASLt GEMMs, where it has the setting
+  kernels::set_gemm_sm_count_target(target);         // ours (GeLU epilogues)
 #else
   (void)on;
   (void)tp;
@@ -79,8 +82,8 @@ SmMarginForCollective::SmMarginForCollective(const torch::Tensor& on, const Tens
 
 SmMarginForCollective::~SmMarginForCollective() {
 #if ME_TORCH_HAS_CUDA
-  if (!active_) return;
-  cublasSetSmCountTarget(at::cuda::getCurrentCUDABlasHandle(), 0);  // 0: cuBLAS's own choice again
+  if (!handle_) return;
+  cublasSetSmCountTarget(static_cast<cublasHandle_t>(handle_), previous_);
   compat::set_matmul_sm_carveout(std::nullopt);
   kernels::set_gemm_sm_count_target(0);
 #endif

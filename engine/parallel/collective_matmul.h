@@ -22,10 +22,12 @@ namespace me::parallel {
 std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
                                        torch::Tensor* produced = nullptr);
 
-// While it lives, the cuBLAS GEMMs queued on the GPU of `on` target all but tp.gemm_sm_margin
-// multiprocessors: a GEMM whose persistent blocks fill every SM would otherwise make the
-// collective beside it wait, and the two would run one after the other. No effect on the CPU or
-// with a margin of 0.
+// While it lives, the GEMMs this thread queues on the current GPU target all but
+// tp.comm_sm_margin multiprocessors (parallel.tp_comm_sm_margin): a GEMM whose persistent blocks
+// fill every SM would otherwise make the collective beside it wait, and the two would run one
+// after the other. It sets LibTorch's cuBLAS handle for this thread, our cuBLASLt GEMMs, and
+// LibTorch's own SM carve-out, which is process-wide (the engine drives each GPU from one
+// thread). No effect on the CPU or with a margin of 0.
 class SmMarginForCollective {
  public:
   SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp);
@@ -34,7 +36,8 @@ class SmMarginForCollective {
   SmMarginForCollective& operator=(const SmMarginForCollective&) = delete;
 
  private:
-  bool active_ = false;
+  void* handle_ = nullptr;  // the cuBLAS handle whose SM target was changed, and its previous one
+  int previous_ = 0;
 };
 
 // Computes output rows [first, first + in.size(0)) from input rows `in` (2-D), writing them

@@ -72,15 +72,22 @@ kernels::Activated gelu_epilogue(const torch::Tensor& x, const torch::Tensor& w,
   return {pre, torch::gelu(pre, "tanh")};
 }
 
-torch::Tensor rows2d(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+// A [..., n] tensor as rows [-1, n]: `rows_of` for inputs (a copy if they need one), `rows_into`
+// for outputs being written (`rows_in`: a view, or an error, since writes must reach the tensor).
+torch::Tensor rows_of(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+torch::Tensor rows_in(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); }
 
 // The same two into existing outputs: rows x2 [n, in] into pre and act (act undefined: no GeLU).
 void linear_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, torch::Tensor pre,
                  torch::Tensor act) {
   if (act.defined() && kernels::gemm_gelu_fits(x2, w) && kernels::linear_gelu(x2, w, b, {pre, act}).pre.defined())
     return;
-  if (b.defined()) at::addmm_out(pre, b, x2, w.t());
-  else at::mm_out(pre, x2, w.t());
+  if (b.defined() && (!x2.is_cuda() || kernels::use(kernels::Op::linear_bias, x2))) {
+    at::addmm_out(pre, b, x2, w.t());  // the bias in the GEMM's epilogue, as linear_bias
+  } else {
+    at::mm_out(pre, x2, w.t());
+    if (b.defined()) pre.add_(b);
+  }
   if (act.defined()) act.copy_(torch::gelu(pre, "tanh"));
 }
 
@@ -99,11 +106,11 @@ torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const Tenso
                                const std::function<torch::Tensor(const torch::Tensor&)>& f) {
   auto sizes = x.sizes().vec();
   sizes.back() = cols;
-  if (!tp.overlap_comm) return reduce_scatter_tokens(f(rows2d(x)).view(sizes), *tp.group);
+  if (!tp.overlap_comm) return reduce_scatter_tokens(f(rows_of(x)).view(sizes), *tp.group);
   ME_CHECK(x.size(1) % tp.size() == 0, "sequence parallelism: seq (", x.size(1), ") is not divisible by tp (",
            tp.size(), ")");
   sizes[1] /= tp.size();
-  const auto x2 = rows2d(x);
+  const auto x2 = rows_of(x);
   const int64_t chunk = x2.size(0) / tp.size();
   return reduce_scatter_rows(chunk, tp, [&](int64_t first, int64_t n) { return f(x2.narrow(0, first, n)); })
       .view(sizes);
@@ -115,7 +122,7 @@ torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const Tenso
 torch::Tensor gathered_grad(const torch::Tensor& dy, const TensorParallel& tp, const RowsInto& rows_into) {
   if (tp.overlap_comm) return all_gather_rows(dy, tp, rows_into);
   auto full = all_gather_tokens(dy, *tp.group);
-  rows_into(rows2d(full), 0);
+  rows_into(rows_of(full), 0);
   return full;
 }
 
@@ -134,7 +141,7 @@ LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, co
     sizes.back() = w.size(0);
     f.y.pre = torch::empty(sizes, in.options());
     if (gelu) f.y.out = torch::empty(sizes, in.options());
-    const auto pre2 = rows2d(f.y.pre), act2 = gelu ? rows2d(f.y.out) : torch::Tensor();
+    const auto pre2 = rows_in(f.y.pre), act2 = gelu ? rows_in(f.y.out) : torch::Tensor();
     f.x = all_gather_rows(in, *tp, [&](const torch::Tensor& rows, int64_t first) {
       const auto n = rows.size(0);
       linear_into(rows, w, b, pre2.narrow(0, first, n), gelu ? act2.narrow(0, first, n) : torch::Tensor());
@@ -191,13 +198,13 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     torch::Tensor dy, dx;
     if (out_tp) {
       dx = torch::empty(x.sizes(), x.options());
-      const auto dx2 = rows2d(dx);
-      dy = rows2d(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
+      const auto dx2 = rows_in(dx);
+      dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
         auto into = dx2.narrow(0, first, rows.size(0));
         at::mm_out(into, rows, w);
       }));
     } else {
-      dy = rows2d(grads[0]);
+      dy = rows_of(grads[0]);
       dx = dy.mm(w).view(x.sizes());
     }
     std::function<void()> join = [] {};
@@ -211,10 +218,10 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       else reduce();
     }
     torch::Tensor dw, db;
-    {
+    if (ctx->needs_input_grad(1) || (b.defined() && ctx->needs_input_grad(2))) {  // not for a frozen layer
       std::optional<SmMarginForCollective> margin;
       if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
-      std::tie(dw, db) = weight_grads(dy, rows2d(x), w, b, sink);
+      std::tie(dw, db) = weight_grads(dy, rows_of(x), w, b, sink);
     }
     join();
     auto out = variable_list{dx, dw};
@@ -250,31 +257,27 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
     auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
     const auto* out_tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["out_tp"].toInt());
     auto dpre = torch::empty(pre.sizes(), pre.options());
-    const auto dpre2 = rows2d(dpre), pre2 = rows2d(pre);
+    const auto dpre2 = rows_in(dpre), pre2 = rows_of(pre);
     auto rows_into = [&](const torch::Tensor& rows, int64_t first) {
       const auto n = rows.size(0);
       dgelu_into(rows, w, pre2.narrow(0, first, n), dpre2.narrow(0, first, n));
     };
     torch::Tensor dy;
     if (out_tp) {
-      dy = rows2d(gathered_grad(grads[0].contiguous(), *out_tp, rows_into));
+      dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, rows_into));
     } else {
-      dy = rows2d(grads[0]);
+      dy = rows_of(grads[0]);
       rows_into(dy, 0);
     }
-    auto [dw, db] = weight_grads(dy, rows2d(act), w, b, sink);
+    torch::Tensor dw, db;
+    if (ctx->needs_input_grad(2) || (b.defined() && ctx->needs_input_grad(3)))  // not for a frozen layer
+      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, b, sink);
     auto out = variable_list{dpre, torch::Tensor(), dw};
     if (b.defined()) out.push_back(db);
     out.resize(saved.size() + 2);  // the tensors, sink, out_tp
     return out;
   }
 };
-
-// The input as a column-parallel layer sees it when no gradient is recorded.
-torch::Tensor tp_input(const torch::Tensor& x, const TensorParallel* tp) {
-  if (!tp) return x;
-  return tp->sequence_parallel ? gather_seq(x, *tp) : copy_to_tp(x, *tp);
-}
 
 }  // namespace
 
@@ -293,13 +296,10 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
                      const TensorParallel* input_tp, const TensorParallel* output_tp) {
   if (input_tp && !input_tp->active()) input_tp = nullptr;
   output_tp = fused_output_tp(output_tp, b);
+  ME_CHECK(!(input_tp && output_tp), "linear: a layer is column-parallel (input_tp) or row-parallel (output_tp), not both");
   if (!input_tp && !output_tp && (!sink || !torch::GradMode::is_enabled() || !w.requires_grad()))
     return linear_bias(x, w, b);
   if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, input_tp, output_tp, false).y.pre;
-  if (!w.requires_grad()) {  // a frozen weight: LibTorch's autograd through the mappings
-    auto y = linear_bias(tp_input(x, input_tp), w, b);
-    return output_tp ? reduce_scatter_seq(y, *output_tp) : y;
-  }
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   // As a TensorList: a std::vector would be taken for a non-tensor argument (no gradient).
   return LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
@@ -310,7 +310,6 @@ kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, c
                                MainGradSink* sink, const TensorParallel* input_tp) {
   if (input_tp && !input_tp->active()) input_tp = nullptr;
   if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, input_tp, nullptr, true).y;
-  if (!w.requires_grad()) return gelu_epilogue(tp_input(x, input_tp), w, b);
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   auto out = LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
                                    reinterpret_cast<int64_t>(input_tp), int64_t{0}, true);

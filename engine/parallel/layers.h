@@ -34,7 +34,8 @@ torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const 
 // weight-gradient GEMM. With output_tp (sequence parallelism, b undefined), the output is a
 // row-parallel layer's: reduce-scattered over the tokens, each rank's rows sent as soon as they
 // are computed (parallel/collective_matmul.h); backward gathers the output gradient the same
-// way. Plain linear_bias (and the mappings) when none applies or no gradient is being recorded.
+// way. Plain linear_bias when neither TP nor the sink applies; without autograd, the same
+// arithmetic as with it (recomputation runs the forward both ways).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
                      const TensorParallel* input_tp = nullptr, const TensorParallel* output_tp = nullptr);
 

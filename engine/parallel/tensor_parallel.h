@@ -16,7 +16,7 @@ struct TensorParallel {
   bool overlap_comm = true;
   // Multiprocessors the GEMMs leave free while a collective runs beside them (0: none), so that
   // the collective's kernels need not wait for the GEMM's persistent blocks (SmMarginForCollective).
-  int gemm_sm_margin = 0;
+  int comm_sm_margin = 0;
 
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }

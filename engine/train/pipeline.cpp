@@ -119,12 +119,8 @@ torch::Tensor PipelineSchedule::loss(const torch::Tensor& tokens, const torch::T
 
 torch::Tensor PipelineSchedule::last_logits(const torch::Tensor& tokens) {
   const auto& tp = model_.tensor_parallel();
-  // Sequence parallelism needs a length divisible by tp: pad on the right, which causal attention
-  // keeps from the real tokens (model.seq is itself divisible, so the padded prompt still fits).
-  const int64_t len = tokens.size(1), pad = (seq_divisor_ - len % seq_divisor_) % seq_divisor_;
-  const auto input = pad ? torch::cat({tokens, torch::zeros({tokens.size(0), pad}, tokens.options())}, 1) : tokens;
-  const auto out = forward_only(input);
-  auto logits = out.defined() ? parallel::gather_last(out, tp).select(1, len - 1).squeeze(0).to(torch::kFloat).contiguous()
+  const auto out = forward_only(model::pad_for_sequence_parallel(tokens, tp));
+  auto logits = out.defined() ? parallel::gather_last(out, tp).select(1, tokens.size(1) - 1).squeeze(0).to(torch::kFloat).contiguous()
                               : torch::empty({model_.config().padded_vocab(tp.size())}, options_.dtype(torch::kFloat));
   if (pp_) pp_->broadcast(logits, stages_ - 1);
   return logits;

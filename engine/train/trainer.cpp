@@ -95,7 +95,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   if (groups_) tp.group = groups_->tp.get();
   tp.sequence_parallel = par.sequence_parallel;
   tp.overlap_comm = par.tp_comm_overlap;
-  tp.gemm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
+  tp.comm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
   model::PipelineStage stage;
   if (groups_) stage = {groups_->pp->rank(), groups_->pp->size(), par.pp_first_layers, par.pp_last_layers};
   model_ = model::Transformer(spec_.model, tp, stage);
