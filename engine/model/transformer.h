@@ -132,7 +132,7 @@ class TransformerImpl : public torch::nn::Module {
   void set_before_use(BeforeUse fn) { before_use_ = std::move(fn); }
 
   // After backward under sequence parallelism: all-reduce over TP the gradients of
-  // replicated parameters that only saw this rank's sequence slice (norms, row biases).
+  // replicated parameters that only saw this rank's tokens (norms, row biases).
   void finalize_sequence_parallel_grads();
 
  private:

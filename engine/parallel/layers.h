@@ -12,7 +12,7 @@ namespace me::parallel {
 
 // How a local parameter is cut from the full one: along `dim` into tp equal parts (dim -1:
 // replicated on every rank). `sequence_parallel_grad`: replicated, but each rank's gradient
-// covers only its sequence slice, so gradients are all-reduced over TP (norms, row biases
+// covers only its chunk of the tokens, so gradients are all-reduced over TP (norms, row biases
 // under sequence parallelism).
 struct ShardInfo {
   std::vector<int64_t> full_shape;
@@ -51,7 +51,7 @@ torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, c
                           MainGradSink* sink, const TensorParallel* output_tp = nullptr);
 
 // y = x A^T + b with A split by rows (output features). Input: the full activation, or this
-// rank's sequence slice under sequence parallelism (gathered here). Output: this rank's
+// rank's chunk of the tokens under sequence parallelism (gathered here). Output: this rank's
 // slice of the features, or all of them with gather_output.
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:
@@ -76,7 +76,7 @@ TORCH_MODULE(ColumnParallelLinear);
 
 // y = x A^T + b with A split by columns (input features): the input is already split (the
 // output of a column-parallel layer); partial results are all-reduced, or reduce-scattered
-// along the sequence under sequence parallelism. The bias is added once, after the reduction.
+// over the tokens under sequence parallelism. The bias is added once, after the reduction.
 class RowParallelLinearImpl : public torch::nn::Module {
  public:
   RowParallelLinearImpl(int64_t in, int64_t out, bool bias, TensorParallel tp);
@@ -105,7 +105,7 @@ void attach_main_grads(torch::nn::Module& model, MainGradSink* sink);
 torch::Tensor parallel_lm_logits(const torch::Tensor& x, const torch::Tensor& weight, const TensorParallel& tp);
 
 // Embedding with the vocabulary split across TP ranks: each rank looks up the ids in its
-// range and the partial results are summed (or reduce-scattered along the sequence).
+// range and the partial results are summed (or reduce-scattered over the tokens).
 class VocabParallelEmbeddingImpl : public torch::nn::Module {
  public:
   VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp);

@@ -1,6 +1,6 @@
 // The tensor-parallel setting a layer is built with: the group its shards talk over (none
 // means tp = 1: every mapping is the identity) and whether activations outside the
-// tensor-parallel regions are split along the sequence (sequence parallelism).
+// tensor-parallel regions are split over the tokens (sequence parallelism, parallel/mappings.h).
 #pragma once
 #include "engine/comm/process_group.h"
 
