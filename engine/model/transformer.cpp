@@ -122,8 +122,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   return proj_->forward(y);
 }
 
-MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp)
-    : swiglu_(c.activation == "swiglu") {
+MLPImpl::MLPImpl(const TransformerConfig& c, TensorParallel tp) : swiglu_(c.activation == "swiglu") {
   if (swiglu_) {
     gate_up_ = register_module("gate_up", parallel::ColumnParallelLinear(c.hidden, 2 * c.ffn(), c.bias, tp));
     down_ = register_module("down", parallel::RowParallelLinear(c.ffn(), c.hidden, c.bias, tp));
@@ -170,7 +169,7 @@ Residual BlockImpl::forward(const Residual& in) {
   return body(in);
 }
 
-std::pair<int64_t, int64_t> PipelineStage::layer_range(int64_t layers) const {
+std::vector<int64_t> PipelineStage::stage_layers(int64_t layers) const {
   ME_CHECK(first_layers >= 0 && last_layers >= 0, "parallel.pp_first_layers and pp_last_layers must be 0 (an even ",
            "share) or positive, got ", first_layers, " and ", last_layers);
   ME_CHECK(count > 1 || (first_layers == 0 && last_layers == 0),
@@ -188,15 +187,17 @@ std::pair<int64_t, int64_t> PipelineStage::layer_range(int64_t layers) const {
     ME_CHECK(rest >= even && rest % even == 0, "model.layers (", layers, ") less the first and last stages' (",
              first_layers, " and ", last_layers, ") leaves ", rest, " layers, which the other ", even,
              " pipeline stages cannot share evenly (at least one each)");
-  const int64_t share = even > 0 ? rest / even : 0;
-  auto size = [&](int i) {
-    if (i == 0 && fixed_first) return first_layers;
-    if (i == count - 1 && fixed_last) return last_layers;
-    return share;
-  };
+  std::vector<int64_t> sizes(static_cast<size_t>(count), even > 0 ? rest / even : 0);
+  if (fixed_first) sizes.front() = first_layers;
+  if (fixed_last) sizes.back() = last_layers;
+  return sizes;
+}
+
+std::pair<int64_t, int64_t> PipelineStage::layer_range(int64_t layers) const {
+  const auto sizes = stage_layers(layers);
   int64_t start = 0;
-  for (int i = 0; i < index; ++i) start += size(i);
-  return {start, size(index)};
+  for (int i = 0; i < index; ++i) start += sizes[static_cast<size_t>(i)];
+  return {start, sizes[static_cast<size_t>(index)]};
 }
 
 TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp, PipelineStage stage)

@@ -87,8 +87,10 @@ struct PipelineStage {
   bool first() const { return index == 0; }
   bool last() const { return index == count - 1; }
   bool whole() const { return count == 1; }
-  // {first layer, number of layers} of this stage in a model of `layers`; a clear error when the
-  // layers cannot be split that way.
+  // The number of layers of every stage in a model of `layers`; a clear error when the layers
+  // cannot be split that way.
+  std::vector<int64_t> stage_layers(int64_t layers) const;
+  // {first layer, number of layers} of this stage.
   std::pair<int64_t, int64_t> layer_range(int64_t layers) const;
 };
 

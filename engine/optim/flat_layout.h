@@ -13,6 +13,11 @@ namespace me::optim {
 
 struct FlatRange {
   int64_t start = 0, length = 0;
+  // The part of this range that lies inside `other` (length 0 when they do not meet).
+  FlatRange within(const FlatRange& other) const {
+    const int64_t lo = std::max(start, other.start), hi = std::min(start + length, other.start + other.length);
+    return {lo, std::max<int64_t>(0, hi - lo)};
+  }
 };
 
 struct FlatLayout {
@@ -20,13 +25,15 @@ struct FlatLayout {
   std::vector<FlatRange> buckets;  // in reduction order (backward's), covering the buffer
   int64_t numel = 0;               // the buffer's length, padding included
 
-  // The piece of every bucket that data-parallel rank `rank` of `size` owns.
+  // The piece of bucket k that data-parallel rank `rank` of `size` owns.
+  FlatRange piece(size_t k, int rank, int size) const {
+    const int64_t n = buckets[k].length / size;
+    return {buckets[k].start + n * rank, n};
+  }
+  // That piece of every bucket.
   std::vector<FlatRange> shard(int rank, int size) const {
     std::vector<FlatRange> out;
-    for (const auto& b : buckets) {
-      const int64_t piece = b.length / size;
-      out.push_back({b.start + piece * rank, piece});
-    }
+    for (size_t k = 0; k < buckets.size(); ++k) out.push_back(piece(k, rank, size));
     return out;
   }
   // The bucket holding flat position `at` (the buckets lie back to back, in order).

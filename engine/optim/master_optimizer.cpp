@@ -33,14 +33,13 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
   for (const auto& r : shard_)
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i].param;
-      const int64_t lo = std::max(layout_.offsets[i], r.start),
-                    hi = std::min(layout_.offsets[i] + p.numel(), r.start + r.length);
-      if (hi <= lo) continue;
-      Segment s{i, lo - layout_.offsets[i], hi - lo, {}, {}, {}, {}};
+      const auto part = FlatRange{layout_.offsets[i], p.numel()}.within(r);
+      if (part.length == 0) continue;
+      Segment s{i, part.start - layout_.offsets[i], part.length, {}, {}, {}, {}};
       auto model = p.detach().reshape({-1}).narrow(0, s.start, s.length);
       // fp32 training: the parameter is its own master; bf16/fp16: an fp32 copy.
       s.master = p.scalar_type() == torch::kFloat ? model : model.to(torch::kFloat);
-      s.grad = flat_grads_.narrow(0, lo, s.length);
+      s.grad = flat_grads_.narrow(0, part.start, s.length);
       s.m = torch::zeros_like(s.master);
       if (cfg_.kind == "adamw") s.v = torch::zeros_like(s.master);
       segments_.push_back(std::move(s));
@@ -153,8 +152,9 @@ void MasterOptimizer::write_back() {
   auto gather_all = [&] {
     for (size_t k = layout_.buckets.size(); k-- > 0;) {
       const auto& b = layout_.buckets[k];
+      const auto mine = layout_.piece(k, dp_->rank(), dp_->size());
       auto bucket = flat_params_.narrow(0, b.start, b.length);
-      auto piece = bucket.narrow(0, b.length / dp_->size() * dp_->rank(), b.length / dp_->size());
+      auto piece = flat_params_.narrow(0, mine.start, mine.length);
       gathers_[k] = dp_->all_gather(bucket, piece, /*async=*/true);
     }
   };

@@ -9,7 +9,6 @@
 #include <optional>
 #include <tuple>
 
-
 namespace me::parallel {
 
 using torch::autograd::AutogradContext;
@@ -72,8 +71,8 @@ kernels::Activated gelu_epilogue(const torch::Tensor& x, const torch::Tensor& w,
   return {pre, torch::gelu(pre, "tanh")};
 }
 
-// A [..., n] tensor as rows [-1, n]: `rows_of` for inputs (a copy if they need one), `rows_into`
-// for outputs being written (`rows_in`: a view, or an error, since writes must reach the tensor).
+// A [..., n] tensor as rows [-1, n]: `rows_of` for inputs (a copy if they need one), `rows_in`
+// for outputs about to be written (a view, or an error, since writes must reach the tensor).
 torch::Tensor rows_of(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
 torch::Tensor rows_in(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); }
 
@@ -107,8 +106,7 @@ torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const Tenso
   auto sizes = x.sizes().vec();
   sizes.back() = cols;
   if (!tp.overlap_comm) return reduce_scatter_tokens(f(rows_of(x)).view(sizes), *tp.group);
-  ME_CHECK(x.size(1) % tp.size() == 0, "sequence parallelism: seq (", x.size(1), ") is not divisible by tp (",
-           tp.size(), ")");
+  check_tokens_split(x, tp.size(), "sequence-parallel reduce-scatter");
   sizes[1] /= tp.size();
   const auto x2 = rows_of(x);
   const int64_t chunk = x2.size(0) / tp.size();
@@ -180,11 +178,10 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
                             reinterpret_cast<const TensorParallel*>(output_tp), gelu);
     auto saved = in.vec();
     saved[0] = f.x;
-    auto& y = f.y;
     ctx->save_for_backward(saved);
-    if (!gelu) return {y.pre};
-    ctx->mark_non_differentiable({y.out});
-    return {y.pre, y.out};
+    if (!gelu) return {f.y.pre};
+    ctx->mark_non_differentiable({f.y.out});
+    return {f.y.pre, f.y.out};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
@@ -279,9 +276,6 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
   }
 };
 
-}  // namespace
-
-namespace {
 // A row-parallel layer's group when its output is reduce-scattered inside the GEMM's function
 // (active, sequence parallelism); null otherwise.
 const TensorParallel* fused_output_tp(const TensorParallel* tp, const torch::Tensor& b) {

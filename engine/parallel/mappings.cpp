@@ -54,9 +54,6 @@ torch::Tensor map(const torch::Tensor& x, const TensorParallel& tp) {
   return Mapping<F, B>::apply(x, reinterpret_cast<int64_t>(tp.group));
 }
 
-}  // namespace
-
-namespace {
 // x as [outer, n, inner] around dimension `dim` (a view: x is contiguous).
 struct AroundDim {
   int64_t outer = 1, n = 0, inner = 1;
@@ -81,12 +78,10 @@ torch::Tensor all_gather_dim(const torch::Tensor& x, int64_t dim, comm::ProcessG
   return out.permute({1, 0, 2, 3}).contiguous().view(sizes);
 }
 
-namespace {
 void check_tokens_split(const torch::Tensor& x, int64_t parts, const char* what) {
   ME_CHECK(x.dim() >= 2 && x.size(1) % parts == 0, what, ": sequence parallelism splits a [batch, seq, ...] tensor's ",
            "tokens into ", parts, " equal chunks, which needs seq % tp == 0; got shape ", x.sizes());
 }
-}  // namespace
 
 // Gathered rank after rank, the chunks are the tokens in their natural order: the buffer is the result.
 torch::Tensor all_gather_tokens(const torch::Tensor& x, comm::ProcessGroup& g) {

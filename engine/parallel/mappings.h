@@ -41,6 +41,8 @@ torch::Tensor gather_seq_plain(const torch::Tensor& x, const TensorParallel& tp)
 torch::Tensor all_gather_tokens(const torch::Tensor& x, comm::ProcessGroup& g);
 torch::Tensor reduce_scatter_tokens(const torch::Tensor& x, comm::ProcessGroup& g);
 torch::Tensor slice_tokens(const torch::Tensor& x, int rank, int size);
+// Throws, naming `what`, unless x is [batch, seq, ...] with seq divisible into `parts`.
+void check_tokens_split(const torch::Tensor& x, int64_t parts, const char* what);
 torch::Tensor all_gather_dim(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g);
 torch::Tensor slice_dim(const torch::Tensor& x, int64_t dim, int rank, int size);
 

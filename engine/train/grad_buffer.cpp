@@ -56,12 +56,10 @@ torch::Tensor GradBuffer::view(size_t i) const {
 
 std::vector<torch::Tensor> GradBuffer::reduced_views(size_t i) const {
   if (!dp_ || !shard_reduce_) return {view(i)};
-  const int64_t lo = layout_.offsets[i], hi = lo + params_[i].numel();
+  const optim::FlatRange param{layout_.offsets[i], params_[i].numel()};
   std::vector<torch::Tensor> out;
-  for (const auto& r : layout_.shard(dp_rank_, dp_size_)) {
-    const int64_t a = std::max(lo, r.start), b = std::min(hi, r.start + r.length);
-    if (a < b) out.push_back(flat_.narrow(0, a, b - a));
-  }
+  for (const auto& r : layout_.shard(dp_rank_, dp_size_))
+    if (const auto part = param.within(r); part.length > 0) out.push_back(flat_.narrow(0, part.start, part.length));
   return out;
 }
 
@@ -119,7 +117,8 @@ void GradBuffer::reduce(size_t k) {
   auto start = [&] {
     if (!shard_reduce_) return dp_->all_reduce(slice, comm::ReduceOp::avg, /*async=*/true);
     // In place: this rank's piece of the bucket receives the average of everyone's.
-    auto piece = slice.narrow(0, r.length / dp_size_ * dp_rank_, r.length / dp_size_);
+    const auto mine = layout_.piece(k, dp_rank_, dp_size_);
+    auto piece = flat_.narrow(0, mine.start, mine.length);
     return dp_->reduce_scatter(piece, slice, comm::ReduceOp::avg, /*async=*/true);
   };
   // On the GPU on a side stream, so the rest of backward runs meanwhile, after the bucket's

@@ -44,7 +44,8 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
   ME_CHECK(par.bucket_mb > 0, "parallel.bucket_mb must be positive, got ", par.bucket_mb);
   // The pipeline's layer split, checked before anything is built (every stage would find the same error).
-  model::PipelineStage{0, static_cast<int>(par.pp), par.pp_first_layers, par.pp_last_layers}.layer_range(spec_.model.layers);
+  model::PipelineStage{0, static_cast<int>(par.pp), par.pp_first_layers, par.pp_last_layers}.stage_layers(
+      spec_.model.layers);
   ME_CHECK(par.tp_comm_sm_margin >= 0 && par.tp_comm_sm_margin < 1024,
            "parallel.tp_comm_sm_margin is a number of multiprocessors (0 or more, below the GPU's), got ",
            par.tp_comm_sm_margin);
@@ -269,10 +270,8 @@ Summary Trainer::run() {
     log::info("data: ", data_->describe());
     if (const int pp = pipeline_->stages(); pp > 1) {
       std::string split;
-      for (int i = 0; i < pp; ++i) {
-        const model::PipelineStage st{i, pp, spec_.parallel.pp_first_layers, spec_.parallel.pp_last_layers};
-        split += (i ? "/" : "") + std::to_string(st.layer_range(spec_.model.layers).second);
-      }
+      for (const int64_t n : model_->stage().stage_layers(spec_.model.layers))
+        split += (split.empty() ? "" : "/") + std::to_string(n);
       log::info("pipeline: ", pp, " stages of ", split, " layers, 1F1B over ", accumulation_,
                 " micro-batches per step (idle share (pp - 1) / (micro-batches + pp - 1) = ",
                 std::round(1000.0 * (pp - 1) / static_cast<double>(accumulation_ + pp - 1)) / 10, "%)");
