@@ -10,6 +10,8 @@ like with megaengine rows.
   python3 bench/reference/train_ref.py --model gpt1.3b --mode eager --micro 4 --json out.jsonl
   python3 bench/reference/train_ref.py --model llama1b --mode compile --micro 4 --peak-tflops 750
   python3 bench/reference/train_ref.py --check            # tiny smoke test (GPU, or CPU if none)
+  python3 -m torch.distributed.run --standalone --nproc_per_node 4 bench/reference/train_ref.py --model gpt1.3b
+                                                         # data parallel: DistributedDataParallel over 4 GPUs
 
 Only the standard library and torch are used.
 """
@@ -19,12 +21,14 @@ import dataclasses
 import inspect
 import json
 import math
+import os
 import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 
 # --------------------------------------------------------------------------- configuration
@@ -401,27 +405,56 @@ def write_json(path, row):
         f.write(json.dumps(row) + "\n")
 
 
+def init_data_parallel():
+    """Under torchrun (WORLD_SIZE > 1): one NCCL process group, this process on GPU LOCAL_RANK.
+    Returns (world size, rank, local rank); (1, 0, 0) for a plain one-GPU run."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 1, 0, 0
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    try:  # device_id (torch >= 2.3) binds the group to this GPU at once
+        torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", local))
+    except TypeError:
+        torch.distributed.init_process_group("nccl")
+    return world, torch.distributed.get_rank(), local
+
+
 def benchmark(args):
     cfg = build_config(args)
     if not torch.cuda.is_available():
         raise SystemExit("the benchmark needs a CUDA GPU (use --check for a CPU smoke test)")
-    device = torch.device("cuda")
+    world, rank, local = init_data_parallel()
+    try:
+        return benchmark_on(args, cfg, world, rank, torch.device("cuda", local))
+    finally:
+        if world > 1:
+            torch.distributed.destroy_process_group()
+
+
+def benchmark_on(args, cfg, world, rank, device):
+    # Data parallel: every rank trains the same micro batch size on its own batches (megaengine's
+    # dp rows do the same), gradients averaged by DDP's bucketed all-reduce overlapped with backward.
+    out = args.json if rank == 0 else None
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
 
     engine = f"pytorch-{args.mode}"
-    tokens_per_step = args.micro * args.accum * cfg.seq
-    row = dict(engine=engine, model=args.model, layout="1 GPU", micro=args.micro, accum=args.accum, seq=cfg.seq,
+    tokens_per_step = args.micro * args.accum * cfg.seq * world
+    layout = "1 GPU" if world == 1 else f"{world} GPUs"
+    row = dict(engine=engine, model=args.model, layout=layout, micro=args.micro, accum=args.accum, seq=cfg.seq,
                steps=args.steps, tokens_per_s=None, ms_per_step=None, tflops_per_gpu=None, mfu=None,
                peak_mem_mib=None, params=cfg.parameter_count(), final_loss=None,
-               device=torch.cuda.get_device_name(0), torch=torch.__version__,
+               device=torch.cuda.get_device_name(device), torch=torch.__version__,
+               data_parallel="DistributedDataParallel" if world > 1 else None,
                compile_mode=args.compile_mode if args.mode == "compile" else None,
                compile_scope=args.compile_scope if args.mode == "compile" else None,
                gqa_impl=args.gqa_impl if cfg.kv_groups != cfg.heads else None)
-    print(f"{engine}: {args.model} = {cfg.describe()}, micro {args.micro} x accum {args.accum}, "
-          f"{args.warmup} warm-up + {args.steps} timed steps, on {row['device']}, torch {torch.__version__}",
-          flush=True)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"{engine}: {args.model} = {cfg.describe()}, micro {args.micro} x accum {args.accum}, "
+        f"{args.warmup} warm-up + {args.steps} timed steps, on {layout} ({row['device']}), torch {torch.__version__}",
+        flush=True)
     try:
         with device:  # build and initialise on the GPU (fast for 1B+ parameters)
             model = Transformer(cfg, args.gqa_impl)
@@ -430,6 +463,11 @@ def benchmark(args):
         if params != cfg.parameter_count():
             print(f"warning: {params} parameters, megaengine's formula says {cfg.parameter_count()}",
                   file=sys.stderr)
+        if world > 1:
+            # Replicas start equal (DDP broadcasts rank 0's weights); torch.compile wraps the DDP module.
+            model = DistributedDataParallel(model, device_ids=[device.index], bucket_cap_mb=25,
+                                            gradient_as_bucket_view=True)
+            torch.manual_seed(args.seed + rank)  # each rank its own random batches
         trainer = Trainer(model, cfg, args, device)
         row["optimizer_impl"] = trainer.optimizer_impl
         torch.cuda.reset_peak_memory_stats(device)
@@ -438,6 +476,8 @@ def benchmark(args):
             loss = trainer.step()
         torch.cuda.synchronize(device)
         warmup_s = time.perf_counter() - t0
+        if world > 1:
+            torch.distributed.barrier()  # every rank starts the timed steps together
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(args.steps):
@@ -450,24 +490,24 @@ def benchmark(args):
     except Exception as e:  # noqa: BLE001 - OOM is a result, anything else is reported then re-raised
         if is_oom(e):
             row["error"] = "OOM"
-            print(f"{engine} {args.model} micro {args.micro}: out of memory", flush=True)
-            write_json(args.json, row)
+            print(f"{engine} {args.model} micro {args.micro} on {layout}: out of memory (rank {rank})", flush=True)
+            write_json(out, row)
             return 0
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-        write_json(args.json, row)
+        write_json(out, row)
         raise
 
     tokens_per_s = tokens_per_step * args.steps / seconds
-    tflops = cfg.flops_per_token() * tokens_per_s / 1e12
+    tflops = cfg.flops_per_token() * tokens_per_s / world / 1e12
     row.update(tokens_per_s=tokens_per_s, ms_per_step=1000.0 * seconds / args.steps, tflops_per_gpu=tflops,
                mfu=tflops / args.peak_tflops if args.peak_tflops else None, peak_mem_mib=peak_mib,
                final_loss=final_loss, warmup_s=warmup_s)
     mfu = f", MFU {100 * row['mfu']:.1f}%" if row["mfu"] is not None else ""
-    print(f"{engine} {args.model} micro {args.micro} x accum {args.accum} seq {cfg.seq}: "
-          f"{tokens_per_s:,.0f} tokens/s, {row['ms_per_step']:.1f} ms/step, {tflops:.1f} TFLOP/s/GPU{mfu}, "
-          f"peak memory {peak_mib:,.0f} MiB, {params / 1e6:.1f}M parameters, final loss {final_loss:.4f} "
-          f"(warm-up {warmup_s:.1f} s, optimizer {trainer.optimizer_impl})", flush=True)
-    write_json(args.json, row)
+    say(f"{engine} {args.model} on {layout} micro {args.micro} x accum {args.accum} seq {cfg.seq}: "
+        f"{tokens_per_s:,.0f} tokens/s, {row['ms_per_step']:.1f} ms/step, {tflops:.1f} TFLOP/s/GPU{mfu}, "
+        f"peak memory {peak_mib:,.0f} MiB, {params / 1e6:.1f}M parameters, final loss {final_loss:.4f} "
+        f"(warm-up {warmup_s:.1f} s, optimizer {trainer.optimizer_impl})", flush=True)
+    write_json(out, row)
     return 0
 
 

@@ -3,13 +3,16 @@
 # every GPU of the machine (same micro batch per GPU; plain and with the distributed optimizer),
 # and tensor-parallel over 2 (with sequence
 # parallelism), and pipeline-parallel over 2 (1F1B, 16 micro-batches per step, the first stage
-# one layer longer; with 4 GPUs also pp=2 x dp=2, 8 micro-batches each); prints the table and
-# each layout's tokens/s per GPU against one GPU.
+# one layer longer; with 4 GPUs also pp=2 x dp=2, 8 micro-batches each); the plain-PyTorch
+# reference (bench/reference/train_ref.py) on one GPU and data-parallel over every GPU (its
+# DistributedDataParallel, under torchrun); prints the table and each layout's tokens/s per GPU
+# against the same engine's one-GPU row.
 #   bash bench/speed/multi_gpu.sh BUILD_DIR OUT_DIR [MODEL ...]    (default: gpt1.3b llama1b)
 # Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4); ME_BENCH_DP_EXTRA
 #   (recipe overrides) and ME_BENCH_DP_EXTRA_ENV (VAR=value ...) add a second data-parallel row;
 #   ME_BENCH_SKIP_TP=1 skips the tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows; ME_BENCH_PP_FIRST sets
-#   the first stage's layers (0: an even split).
+#   the first stage's layers (0: an even split); ME_BENCH_REF: the reference's modes ("compile",
+#   the default; "eager compile"; "" for none).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1 out=$2
@@ -32,11 +35,27 @@ row() {  # model nproc overrides
   fi || { echo "$m on $n GPUs ($o) failed:"; tail -4 "$log"; }
   grep -a "iteration .*/" "$log" | tail -1 | cut -c1-150
 }
+reference() {  # model nproc mode
+  local m=$1 n=$2 mode=$3 log=$out/$1.$2.ref_$3.log
+  local args=(--model "$m" --mode "$mode" --micro "${ME_BENCH_MICRO:-4}" --steps "$ME_BENCH_STEPS"
+              --warmup "$ME_BENCH_WARMUP" --peak-tflops "$peak" --json "$rows")
+  if [ "$n" -eq 1 ]; then
+    CUDA_VISIBLE_DEVICES=0 timeout 400 python3 "$repo/bench/reference/train_ref.py" "${args[@]}" > "$log" 2>&1
+  else
+    timeout 400 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
+      "$repo/bench/reference/train_ref.py" "${args[@]}" > "$log" 2>&1
+  fi || { echo "reference $m $mode on $n GPUs failed:"; tail -4 "$log"; }
+  grep -a "tokens/s" "$log" | tail -1 | cut -c1-150
+}
 for m in $models; do
   echo "== $m"
   row "$m" 1 ""
   [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" ""
   [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" "parallel.distributed_optimizer=true"
+  for mode in ${ME_BENCH_REF-compile}; do
+    reference "$m" 1 "$mode"
+    [ "$ngpu" -ge 2 ] && reference "$m" "$ngpu" "$mode"
+  done
   # An extra data-parallel row: recipe overrides and environment (e.g. NCCL settings) to compare.
   if [ "$ngpu" -ge 2 ] && [ -n "${ME_BENCH_DP_EXTRA:-}${ME_BENCH_DP_EXTRA_ENV:-}" ]; then
     (export ME_BENCH_LABEL="${ME_BENCH_DP_EXTRA:-} ${ME_BENCH_DP_EXTRA_ENV:-}"
@@ -59,10 +78,11 @@ python3 - "$rows" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"engine"' in l]
 for r in rows:
-    one = [x for x in rows if x["model"] == r["model"] and x["layout"] == "1 GPU"]
-    if not one or r["layout"] == "1 GPU":
+    one = [x for x in rows if x["model"] == r["model"] and x["engine"] == r["engine"] and x["layout"] == "1 GPU"
+           and x.get("tokens_per_s")]
+    if not one or r["layout"] == "1 GPU" or not r.get("tokens_per_s"):
         continue
     n = int(r["layout"].split()[0])
-    print(f'{r["model"]} {r["layout"]}: {r["tokens_per_s"] / n:,.0f} tokens/s per GPU = '
+    print(f'{r["model"]} {r["engine"]} {r["layout"]}: {r["tokens_per_s"] / n:,.0f} tokens/s per GPU = '
           f'{100 * r["tokens_per_s"] / n / one[0]["tokens_per_s"]:.1f}% of one GPU ({one[0]["tokens_per_s"]:,.0f})')
 PY

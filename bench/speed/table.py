@@ -9,6 +9,8 @@ Input rows, one JSON object a line (blank lines and lines starting with # are sk
 
 Prints the table, then one comparison line per model and layout:
   megaengine / faster PyTorch reference: X.XXx tokens/s (eager A, compile B)
+A data-parallel layout with options ("4 GPUs distopt") is compared with the references of its
+plain layout ("4 GPUs", PyTorch's DistributedDataParallel) when none has its exact layout.
 
   python3 bench/speed/table.py results.jsonl [more.jsonl ...]
   python3 bench/speed/table.py --peak results.jsonl   # the last peak row's TFLOP/s, for scripts
@@ -92,6 +94,14 @@ def best(rows):
     return max(ok, key=lambda r: r["tokens_per_s"]) if ok else None
 
 
+def plain_data_parallel(layout):
+    """'4 GPUs distopt' -> '4 GPUs'; None for layouts that split the model (tp=, pp=) or are plain."""
+    words = str(layout).split()
+    if len(words) > 2 and words[1] == "GPUs" and not any("=" in w for w in words[2:]):
+        return " ".join(words[:2])
+    return None
+
+
 def comparisons(rows, models):
     out = []
     for model in models:
@@ -102,10 +112,16 @@ def comparisons(rows, models):
         for layout in layouts:
             group = [r for r in rows if r.get("model") == model and r.get("layout") == layout]
             me = best([r for r in group if r.get("engine") == "megaengine"])
-            eager = best([r for r in group if r.get("engine") == "pytorch-eager"])
-            comp = best([r for r in group if r.get("engine") == "pytorch-compile"])
-            refs = [r for r in (eager, comp) if r is not None]
+            refs_of = lambda lay, eng: best([r for r in rows if r.get("model") == model  # noqa: E731
+                                             and r.get("layout") == lay and r.get("engine") == eng])
+            eager, comp = refs_of(layout, "pytorch-eager"), refs_of(layout, "pytorch-compile")
             tag = f"{model}, {layout}"
+            if eager is None and comp is None and plain_data_parallel(layout):
+                base = plain_data_parallel(layout)
+                eager, comp = refs_of(base, "pytorch-eager"), refs_of(base, "pytorch-compile")
+                if eager or comp:
+                    tag += f" (against the references on {base})"
+            refs = [r for r in (eager, comp) if r is not None]
             tps = lambda r: "n/a" if r is None else f"{r['tokens_per_s']:,.0f}"  # noqa: E731
             if me is None and not refs:
                 out.append(f"- {tag}: no successful run")
