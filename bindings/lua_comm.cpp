@@ -36,6 +36,7 @@ comm::CommOptions read_options(lua_State* L, int t) {
   const double timeout = field_number(L, t, "timeout_s", "comm", 600.0);
   const double connect = field_number(L, t, "connect_timeout_s", "comm", 300.0);
   o.heartbeat_s = field_number(L, t, "heartbeat_s", "comm", o.heartbeat_s);
+  o.nccl_cta_policy = field_string(L, t, "nccl_cta_policy", "comm", o.nccl_cta_policy);
   ME_CHECK(timeout > 0 && connect > 0 && o.heartbeat_s > 0, "comm: timeout_s, connect_timeout_s and heartbeat_s must be positive");
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
   o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect * 1000));

@@ -175,6 +175,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.tp_comm_overlap = field_boolean(L, t, "tp_comm_overlap", "parallel", p.tp_comm_overlap);
     p.tp_comm_sm_margin = field_integer(L, t, "tp_comm_sm_margin", "parallel", p.tp_comm_sm_margin);
     p.overlap_param_gather = field_boolean(L, t, "overlap_param_gather", "parallel", p.overlap_param_gather);
+    p.symmetric_buffers = field_string(L, t, "symmetric_buffers", "parallel", p.symmetric_buffers);
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "comm", "recipe")) {
@@ -182,6 +183,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     s.comm.backend = field_string(L, t, "backend", "comm", s.comm.backend);
     s.comm.timeout_s = field_number(L, t, "timeout_s", "comm", s.comm.timeout_s);
     s.comm.heartbeat_s = field_number(L, t, "heartbeat_s", "comm", s.comm.heartbeat_s);
+    s.comm.nccl_cta_policy = field_string(L, t, "nccl_cta_policy", "comm", s.comm.nccl_cta_policy);
     ME_CHECK(s.comm.timeout_s > 0 && s.comm.heartbeat_s > 0, "comm.timeout_s and comm.heartbeat_s must be positive");
     lua_pop(L, 1);
   }

@@ -95,7 +95,7 @@ std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, c
   if (backend_ == "gloo")
     g = make_gloo_group(unique, ranks, env_.rank, store_, options_.timeout, host);
   else
-    g = make_nccl_group(unique, ranks, env_.rank, store_, options_.timeout, cuda_device_);
+    g = make_nccl_group(unique, ranks, env_.rank, store_, options_.timeout, cuda_device_, options_.nccl_cta_policy);
   g->set_diagnose([this](const ProcessGroup& group, int64_t seq) { return diagnose(group, seq); });
   std::lock_guard<std::mutex> lock(groups_mutex_);
   groups_.push_back(g);

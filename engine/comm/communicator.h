@@ -30,6 +30,10 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};         // any one collective
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};  // rendezvous at start
   double heartbeat_s = 1.0;
+  // NCCL's CTA policy for every communicator (NCCL >= 2.27): "default" leaves it to NCCL (and
+  // NCCL_CTA_POLICY), "efficiency" asks for fewer thread blocks per collective, "zero" (2.28) for
+  // none where it can (copy-engine all-gathers into buffers from ProcessGroup::empty_symmetric).
+  std::string nccl_cta_policy = "default";
 };
 
 class Communicator {

@@ -17,6 +17,9 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+
+// Symmetric windows (ncclMemAlloc'd buffers registered for every rank's direct access): 2.27.
+#define ME_NCCL_WINDOWS (NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0))
 #endif
 
 namespace me::comm {
@@ -47,6 +50,19 @@ ncclDataType_t to_nccl(at::ScalarType t) {
     case at::kByte: case at::kBool: return ncclUint8;
     default: fail("NCCL cannot reduce tensors of type ", t);
   }
+}
+
+// CommOptions::nccl_cta_policy as ncclConfig_t's CTAPolicy; NCCL_CONFIG_UNDEF_INT: NCCL's default.
+int cta_policy_value(const std::string& policy) {
+  if (policy == "default") return NCCL_CONFIG_UNDEF_INT;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  if (policy == "efficiency") return NCCL_CTA_POLICY_EFFICIENCY;
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  if (policy == "zero") return NCCL_CTA_POLICY_ZERO;
+#endif
+  fail("comm.nccl_cta_policy = '", policy, "': expected default, efficiency (NCCL >= 2.27) or zero (NCCL >= 2.28); ",
+       "this build has NCCL ", NCCL_MAJOR, ".", NCCL_MINOR);
 }
 
 ncclRedOp_t to_nccl(ReduceOp op) {
@@ -87,8 +103,15 @@ class NcclWork : public Work {
 class NcclGroup : public ProcessGroup {
  public:
   NcclGroup(std::string name, std::vector<int> ranks, int global_rank, const c10::intrusive_ptr<c10d::Store>& store,
-            std::chrono::milliseconds timeout, int device)
+            std::chrono::milliseconds timeout, int device, const std::string& cta_policy)
       : ProcessGroup(std::move(name), std::move(ranks), global_rank), timeout_(timeout), device_(device) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    config.CTAPolicy = cta_policy_value(cta_policy);
+#else
+    ME_CHECK(cta_policy == "default", "comm.nccl_cta_policy needs NCCL >= 2.27; this build has ", NCCL_MAJOR, ".",
+             NCCL_MINOR);
+#endif
     ncclUniqueId id;
     const std::string key = "me/nccl/" + this->name() + "/id";
     if (rank() == 0) {
@@ -102,7 +125,7 @@ class NcclGroup : public ProcessGroup {
       std::memcpy(&id, v.data(), sizeof id);
     }
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-    ME_NCCL(ncclCommInitRank(&comm_, size(), id, rank()), cat("NCCL init of group '", this->name(), "'"));
+    ME_NCCL(ncclCommInitRankConfig(&comm_, size(), id, rank(), &config), cat("NCCL init of group '", this->name(), "'"));
     monitor_ = std::thread([this] { monitor_loop(); });
   }
 
@@ -114,7 +137,32 @@ class NcclGroup : public ProcessGroup {
     cv_.notify_all();
     if (monitor_.joinable()) monitor_.join();
     inflight_.clear();
+    // Windows go before the communicator, their memory after it (every member destroys its
+    // groups in the same order, as deregistration needs).
+#if ME_NCCL_WINDOWS
+    for (auto& w : windows_) ncclCommWindowDeregister(comm_, w.window);
+#endif
     if (comm_) ncclCommDestroy(comm_);
+#if ME_NCCL_WINDOWS
+    for (auto& w : windows_) ncclMemFree(w.ptr);
+#endif
+  }
+
+  torch::Tensor empty_symmetric(int64_t numel, const torch::TensorOptions& options) override {
+#if ME_NCCL_WINDOWS
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+    Window w;
+    ME_NCCL(ncclMemAlloc(&w.ptr, std::max<size_t>(bytes, 1)), cat("group '", name(), "': ncclMemAlloc of ", bytes, " B"));
+    ME_CUDA(cudaMemset(w.ptr, 0, bytes), "cudaMemset");
+    ME_NCCL(ncclCommWindowRegister(comm_, w.ptr, std::max<size_t>(bytes, 1), &w.window, NCCL_WIN_COLL_SYMMETRIC),
+            cat("group '", name(), "': ncclCommWindowRegister of ", bytes, " B"));
+    windows_.push_back(w);
+    // The group frees the memory when it is destroyed (see ~NcclGroup), not the tensor.
+    return torch::from_blob(w.ptr, {numel}, [](void*) {}, options.device(torch::Device(torch::kCUDA, device_)));
+#else
+    return ProcessGroup::empty_symmetric(numel, options);
+#endif
   }
 
   std::string backend() const override { return "nccl"; }
@@ -235,6 +283,13 @@ class NcclGroup : public ProcessGroup {
   std::chrono::milliseconds timeout_;
   int device_;
   ncclComm_t comm_ = nullptr;
+#if ME_NCCL_WINDOWS
+  struct Window {
+    void* ptr = nullptr;
+    ncclWindow_t window = nullptr;
+  };
+  std::vector<Window> windows_;
+#endif
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<InFlight> inflight_;
@@ -262,8 +317,10 @@ int select_cuda_device(int local_rank) {
 
 std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int> global_ranks, int global_rank,
                                               const c10::intrusive_ptr<c10d::Store>& store,
-                                              std::chrono::milliseconds timeout, int device) {
-  return std::make_unique<NcclGroup>(std::move(name), std::move(global_ranks), global_rank, store, timeout, device);
+                                              std::chrono::milliseconds timeout, int device,
+                                              const std::string& cta_policy) {
+  return std::make_unique<NcclGroup>(std::move(name), std::move(global_ranks), global_rank, store, timeout, device,
+                                     cta_policy);
 }
 
 #else
@@ -272,7 +329,8 @@ bool nccl_available() { return false; }
 std::string nccl_version() { return "not built"; }
 int select_cuda_device(int) { fail("this build of megaengine has no CUDA/NCCL support: use device=cpu"); }
 std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int>, int,
-                                              const c10::intrusive_ptr<c10d::Store>&, std::chrono::milliseconds, int) {
+                                              const c10::intrusive_ptr<c10d::Store>&, std::chrono::milliseconds, int,
+                                              const std::string&) {
   fail("group '", name, "': the nccl backend is not in this build (no CUDA LibTorch): use device=cpu with gloo");
 }
 

@@ -22,9 +22,11 @@ std::string nccl_version();
 int select_cuda_device(int local_rank);
 
 // One NCCL communicator per group, made from a fresh unique id that the group's first rank
-// publishes through the store. Every member must call this with the same name.
+// publishes through the store. Every member must call this with the same name. `cta_policy`:
+// CommOptions::nccl_cta_policy.
 std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int> global_ranks, int global_rank,
                                               const c10::intrusive_ptr<c10d::Store>& store,
-                                              std::chrono::milliseconds timeout, int device);
+                                              std::chrono::milliseconds timeout, int device,
+                                              const std::string& cta_policy = "default");
 
 }  // namespace me::comm

@@ -31,6 +31,10 @@ ProcessGroup::ProcessGroup(std::string name, std::vector<int> global_ranks, int 
   rank_ = static_cast<int>(it - ranks_.begin());
 }
 
+torch::Tensor ProcessGroup::empty_symmetric(int64_t numel, const torch::TensorOptions& options) {
+  return torch::zeros({numel}, options);
+}
+
 namespace {
 
 // Turns a backend failure into one message naming the group, the collective and, through

@@ -71,6 +71,13 @@ class ProcessGroup {
   WorkPtr send_recv(const std::vector<PeerOp>& ops, bool async = false);
   void barrier();
 
+  // A zeroed buffer of `numel` elements that this group's collectives may reach on every rank
+  // directly: NCCL registers it as a symmetric window (ncclMemAlloc + ncclCommWindowRegister), and
+  // with comm.nccl_cta_policy = "zero" serves all-gathers into it by the copy engines, leaving the
+  // multiprocessors to the compute beside them. Collective: every member calls it with the same
+  // size, in the same order. The memory lives as long as the group. Default (Gloo): a plain tensor.
+  virtual torch::Tensor empty_symmetric(int64_t numel, const torch::TensorOptions& options);
+
   std::string describe() const;
 
  protected:

@@ -5,7 +5,7 @@
 namespace me::train {
 
 GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb,
-                       bool shard_reduce)
+                       bool shard_reduce, bool symmetric)
     : params_(params), dp_(dp && dp->size() > 1 ? dp : nullptr), shard_reduce_(shard_reduce),
       alive_(std::make_shared<bool>(true)) {
   dp_size_ = dp_ ? dp_->size() : 1;
@@ -36,7 +36,8 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
     bucket_of_[k] = buckets_.size() - 1;
   }
   close_bucket();
-  flat_ = torch::zeros({l.numel}, torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device()));
+  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
+  flat_ = symmetric && dp_ ? dp_->empty_symmetric(l.numel, fp32) : torch::zeros({l.numel}, fp32);
 
   std::weak_ptr<bool> alive = alive_;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -48,7 +49,15 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
   }
 }
 
-GradBuffer::~GradBuffer() { *alive_ = false; }
+GradBuffer::~GradBuffer() {
+  *alive_ = false;
+  // Memory from empty_symmetric goes with the DP group: parameters that outlive this buffer (a
+  // model kept after its trainer) get their own copy first.
+  if (params_symmetric_) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) p.set_data(p.detach().clone());
+  }
+}
 
 torch::Tensor GradBuffer::view(size_t i) const {
   return flat_.narrow(0, layout_.offsets[i], params_[i].numel()).view_as(params_[i]);
@@ -65,9 +74,11 @@ std::vector<torch::Tensor> GradBuffer::reduced_views(size_t i) const {
 
 void GradBuffer::defer(size_t i) { buckets_[bucket_of_[i]].deferred = true; }
 
-torch::Tensor GradBuffer::adopt_params() {
+torch::Tensor GradBuffer::adopt_params(bool symmetric) {
   torch::NoGradGuard no_grad;
-  auto flat = torch::zeros({layout_.numel}, params_.front().options().requires_grad(false));
+  const auto options = params_.front().options().requires_grad(false);
+  params_symmetric_ = symmetric && dp_;
+  auto flat = params_symmetric_ ? dp_->empty_symmetric(layout_.numel, options) : torch::zeros({layout_.numel}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     ME_CHECK(params_[i].scalar_type() == flat.scalar_type(), "the distributed optimizer needs every parameter in one ",
              "dtype; parameter ", i, " is ", params_[i].scalar_type(), ", the first ", flat.scalar_type());

@@ -25,7 +25,9 @@ class GradBuffer : public parallel::MainGradSink {
   // `dp` may be null (no data parallelism). With `shard_reduce` (distributed optimizer) each
   // bucket is padded to a multiple of the dp size and reduce-scattered instead of all-reduced:
   // afterwards each rank holds the averaged grads of its piece of every bucket (layout().shard).
-  GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb, bool shard_reduce);
+  // `symmetric`: the flat buffer comes from dp->empty_symmetric (registered with the group).
+  GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb, bool shard_reduce,
+             bool symmetric = false);
   ~GradBuffer() override;
 
   // Param i's bucket is reduced only in finish(), after its `before_deferred` callback: for a
@@ -43,8 +45,9 @@ class GradBuffer : public parallel::MainGradSink {
 
   // The distributed optimizer's parameters: moves every parameter into one flat buffer of its
   // dtype laid out like the gradients (the parameters become views of it), so that the updated
-  // pieces can be all-gathered bucket by bucket in place. Returns the buffer.
-  torch::Tensor adopt_params();
+  // pieces can be all-gathered bucket by bucket in place. Returns the buffer; `symmetric`: one
+  // from dp->empty_symmetric, so that the all-gathers may run on the copy engines.
+  torch::Tensor adopt_params(bool symmetric = false);
 
   const torch::Tensor& flat() const { return flat_; }
   const optim::FlatLayout& layout() const { return layout_; }
@@ -79,6 +82,7 @@ class GradBuffer : public parallel::MainGradSink {
   comm::ProcessGroup* dp_;
   int dp_size_ = 1, dp_rank_ = 0;
   bool shard_reduce_, last_ = false;
+  bool params_symmetric_ = false;  // the parameters live in the DP group's memory
   std::shared_ptr<bool> alive_;       // hooks outliving the buffer do nothing
   SideStream comm_stream_;            // GPU: where bucket reductions run
 };

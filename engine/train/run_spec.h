@@ -54,11 +54,16 @@ struct ParallelSpec {
   // forward waits for each part's bucket just before using it (Megatron's --overlap-param-gather);
   // false: gathered in line before the step returns.
   bool overlap_param_gather = true;
+  // Data-parallel buffers the DP group registers for direct access by every rank
+  // (comm::ProcessGroup::empty_symmetric): "none", "params" (the distributed optimizer's flat
+  // parameter buffer, which its all-gathers fill) or "all" (also the fp32 gradient buffer).
+  std::string symmetric_buffers = "none";
 };
 
 struct CommSpec {
   std::string backend = "auto";
   double timeout_s = 600, heartbeat_s = 1.0;
+  std::string nccl_cta_policy = "default";  // comm::CommOptions::nccl_cta_policy
 };
 
 struct TrainSpec {

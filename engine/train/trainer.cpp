@@ -46,6 +46,11 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   // The pipeline's layer split, checked before anything is built (every stage would find the same error).
   model::PipelineStage{0, static_cast<int>(par.pp), par.pp_first_layers, par.pp_last_layers}.stage_layers(
       spec_.model.layers);
+  ME_CHECK(par.symmetric_buffers == "none" || par.symmetric_buffers == "params" || par.symmetric_buffers == "all",
+           "parallel.symmetric_buffers must be none, params or all, got '", par.symmetric_buffers, "'");
+  const auto& cta = spec_.comm.nccl_cta_policy;
+  ME_CHECK(cta == "default" || cta == "efficiency" || cta == "zero",
+           "comm.nccl_cta_policy must be default, efficiency or zero, got '", cta, "'");
   ME_CHECK(par.tp_comm_sm_margin >= 0 && par.tp_comm_sm_margin < 1024,
            "parallel.tp_comm_sm_margin is a number of multiprocessors (0 or more, below the GPU's), got ",
            par.tp_comm_sm_margin);
@@ -58,6 +63,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
     o.device = spec_.device;
     o.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec_.comm.timeout_s * 1000));
     o.heartbeat_s = spec_.comm.heartbeat_s;
+    o.nccl_cta_policy = spec_.comm.nccl_cta_policy;
     comm_ = std::make_unique<comm::Communicator>(env, o);
     if (comm_->cuda_device() >= 0) device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm_->cuda_device()));
     groups_ = std::make_unique<comm::ParallelGroups>(
@@ -117,14 +123,14 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
     if (shared_embedding) shared_embedding_param_ = static_cast<int64_t>(i);
   }
   grads_ = std::make_unique<GradBuffer>(params_, groups_ ? groups_->dp.get() : nullptr, par.bucket_mb,
-                                        par.distributed_optimizer);
+                                        par.distributed_optimizer, par.symmetric_buffers == "all");
   parallel::attach_main_grads(*model_, par.grad_accumulation_fusion ? grads_.get() : nullptr);
   // The tied embedding's gradient is summed over the stages holding it before its DP reduction.
   if (shared_embedding_param_ >= 0) grads_->defer(static_cast<size_t>(shared_embedding_param_));
   // The distributed optimizer all-gathers updated parameters in place: they move into one flat
   // buffer laid out like the gradients.
   torch::Tensor flat_params;
-  if (par.distributed_optimizer && dp_ > 1) flat_params = grads_->adopt_params();
+  if (par.distributed_optimizer && dp_ > 1) flat_params = grads_->adopt_params(par.symmetric_buffers != "none");
   optim::OptimizerConfig ocfg;
   ocfg.kind = spec_.optim.kind;
   ocfg.adam = {spec_.optim.beta1, spec_.optim.beta2, spec_.optim.eps, spec_.optim.weight_decay};
@@ -285,6 +291,14 @@ Summary Trainer::run() {
     if (spec_.parallel.distributed_optimizer)
       log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
                 "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");
+    if (spec_.parallel.symmetric_buffers != "none" && comm_ && comm_->backend() == "nccl" && dp_ > 1) {
+      const bool all = spec_.parallel.symmetric_buffers == "all";
+      const double mib = ((all ? grads_->numel() * 4.0 : 0.0) +
+                          (spec_.parallel.distributed_optimizer ? grads_->numel() * params_.front().element_size() : 0.0)) /
+                         1048576.0;
+      log::info("symmetric buffers (", spec_.parallel.symmetric_buffers, "): ", mib,
+                " MiB registered with the data-parallel NCCL group, outside LibTorch's allocator (not in its peak)");
+    }
   }
   Summary s;
   double window_loss = 0, window_ms = 0, total_ms = 0;

@@ -44,7 +44,8 @@ else
   ME_EQUIV_MODEL=llama run llama_dp2_distopt 2 parallel.distributed_optimizer=true parallel.bucket_mb=0.02 parallel.overlap_param_gather=true
   run dp2 2
   run dp4 4
-  run dp2_distopt 2 parallel.distributed_optimizer=true parallel.overlap_param_gather=false
+  # symmetric buffers: plain tensors under Gloo, the same arithmetic (NCCL windows on the GPU)
+  run dp2_distopt 2 parallel.distributed_optimizer=true parallel.overlap_param_gather=false parallel.symmetric_buffers=all
   run dp4_distopt 4 parallel.distributed_optimizer=true parallel.bucket_mb=0.02 parallel.overlap_param_gather=true  # ~20 buckets
   run tp2_dp2 4 parallel.tp=2
   run tp2_dp2_sp_distopt 4 parallel.tp=2 parallel.sequence_parallel=true parallel.distributed_optimizer=true parallel.bucket_mb=0.02
