@@ -116,8 +116,8 @@ def comparisons(rows, models):
                                              and r.get("layout") == lay and r.get("engine") == eng])
             eager, comp = refs_of(layout, "pytorch-eager"), refs_of(layout, "pytorch-compile")
             tag = f"{model}, {layout}"
-            if eager is None and comp is None and plain_data_parallel(layout):
-                base = plain_data_parallel(layout)
+            base = plain_data_parallel(layout)
+            if eager is None and comp is None and base:
                 eager, comp = refs_of(base, "pytorch-eager"), refs_of(base, "pytorch-compile")
                 if eager or comp:
                     tag += f" (against the references on {base})"

@@ -151,11 +151,12 @@ class NcclGroup : public ProcessGroup {
   torch::Tensor empty_symmetric(int64_t numel, const torch::TensorOptions& options) override {
 #if ME_NCCL_WINDOWS
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-    const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+    const size_t bytes = std::max<size_t>(
+        1, static_cast<size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
     Window w;
-    ME_NCCL(ncclMemAlloc(&w.ptr, std::max<size_t>(bytes, 1)), cat("group '", name(), "': ncclMemAlloc of ", bytes, " B"));
+    ME_NCCL(ncclMemAlloc(&w.ptr, bytes), cat("group '", name(), "': ncclMemAlloc of ", bytes, " B"));
     ME_CUDA(cudaMemset(w.ptr, 0, bytes), "cudaMemset");
-    ME_NCCL(ncclCommWindowRegister(comm_, w.ptr, std::max<size_t>(bytes, 1), &w.window, NCCL_WIN_COLL_SYMMETRIC),
+    ME_NCCL(ncclCommWindowRegister(comm_, w.ptr, bytes, &w.window, NCCL_WIN_COLL_SYMMETRIC),
             cat("group '", name(), "': ncclCommWindowRegister of ", bytes, " B"));
     windows_.push_back(w);
     // The group frees the memory when it is destroyed (see ~NcclGroup), not the tensor.

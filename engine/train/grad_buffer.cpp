@@ -38,6 +38,7 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
   close_bucket();
   const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
   flat_ = symmetric && dp_ ? dp_->empty_symmetric(l.numel, fp32) : torch::zeros({l.numel}, fp32);
+  if (symmetric && dp_) symmetric_bytes_ += flat_.nbytes();
 
   std::weak_ptr<bool> alive = alive_;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -79,6 +80,7 @@ torch::Tensor GradBuffer::adopt_params(bool symmetric) {
   const auto options = params_.front().options().requires_grad(false);
   params_symmetric_ = symmetric && dp_;
   auto flat = params_symmetric_ ? dp_->empty_symmetric(layout_.numel, options) : torch::zeros({layout_.numel}, options);
+  if (params_symmetric_) symmetric_bytes_ += flat.nbytes();
   for (size_t i = 0; i < params_.size(); ++i) {
     ME_CHECK(params_[i].scalar_type() == flat.scalar_type(), "the distributed optimizer needs every parameter in one ",
              "dtype; parameter ", i, " is ", params_[i].scalar_type(), ", the first ", flat.scalar_type());

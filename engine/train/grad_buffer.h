@@ -49,6 +49,8 @@ class GradBuffer : public parallel::MainGradSink {
   // from dp->empty_symmetric, so that the all-gathers may run on the copy engines.
   torch::Tensor adopt_params(bool symmetric = false);
 
+  // Bytes of this buffer's memory from dp->empty_symmetric (gradients and adopted parameters).
+  int64_t symmetric_bytes() const { return symmetric_bytes_; }
   const torch::Tensor& flat() const { return flat_; }
   const optim::FlatLayout& layout() const { return layout_; }
   torch::Tensor view(size_t i) const;  // param i's main grad, shaped like the param
@@ -83,6 +85,7 @@ class GradBuffer : public parallel::MainGradSink {
   int dp_size_ = 1, dp_rank_ = 0;
   bool shard_reduce_, last_ = false;
   bool params_symmetric_ = false;  // the parameters live in the DP group's memory
+  int64_t symmetric_bytes_ = 0;
   std::shared_ptr<bool> alive_;       // hooks outliving the buffer do nothing
   SideStream comm_stream_;            // GPU: where bucket reductions run
 };

@@ -291,14 +291,9 @@ Summary Trainer::run() {
     if (spec_.parallel.distributed_optimizer)
       log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
                 "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");
-    if (spec_.parallel.symmetric_buffers != "none" && comm_ && comm_->backend() == "nccl" && dp_ > 1) {
-      const bool all = spec_.parallel.symmetric_buffers == "all";
-      const double mib = ((all ? grads_->numel() * 4.0 : 0.0) +
-                          (spec_.parallel.distributed_optimizer ? grads_->numel() * params_.front().element_size() : 0.0)) /
-                         1048576.0;
-      log::info("symmetric buffers (", spec_.parallel.symmetric_buffers, "): ", mib,
+    if (grads_->symmetric_bytes() > 0 && comm_->backend() == "nccl")
+      log::info("symmetric buffers (", spec_.parallel.symmetric_buffers, "): ", grads_->symmetric_bytes() / 1048576.0,
                 " MiB registered with the data-parallel NCCL group, outside LibTorch's allocator (not in its peak)");
-    }
   }
   Summary s;
   double window_loss = 0, window_ms = 0, total_ms = 0;
