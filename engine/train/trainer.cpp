@@ -48,6 +48,9 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
       spec_.model.layers);
   ME_CHECK(par.symmetric_buffers == "none" || par.symmetric_buffers == "params" || par.symmetric_buffers == "all",
            "parallel.symmetric_buffers must be none, params or all, got '", par.symmetric_buffers, "'");
+  ME_CHECK(par.symmetric_buffers != "params" || par.distributed_optimizer,
+           "parallel.symmetric_buffers = \"params\" is the distributed optimizer's parameter buffer: set ",
+           "parallel.distributed_optimizer=true, or use \"all\" for the gradient buffer of plain data parallelism");
   const auto& cta = spec_.comm.nccl_cta_policy;
   ME_CHECK(cta == "default" || cta == "efficiency" || cta == "zero",
            "comm.nccl_cta_policy must be default, efficiency or zero, got '", cta, "'");
