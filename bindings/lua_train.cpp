@@ -176,6 +176,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.tp_comm_sm_margin = field_integer(L, t, "tp_comm_sm_margin", "parallel", p.tp_comm_sm_margin);
     p.overlap_param_gather = field_boolean(L, t, "overlap_param_gather", "parallel", p.overlap_param_gather);
     p.symmetric_buffers = field_string(L, t, "symmetric_buffers", "parallel", p.symmetric_buffers);
+    p.grad_reduce_dtype = field_string(L, t, "grad_reduce_dtype", "parallel", p.grad_reduce_dtype);
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "comm", "recipe")) {

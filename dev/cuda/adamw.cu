@@ -1,6 +1,7 @@
 // The multi-tensor optimizer kernels (engine/kernels/multi_tensor.cu) against a CPU reference:
 // the fp64 gradient sum of squares (and that it is bitwise repeatable) and AdamW with clipping
-// and the bf16 write-back; then timed at LLaMA 1B's size against the bytes they must move.
+// and the bf16 write-back, from fp32 and from bf16 gradients (parallel.grad_reduce_dtype); then
+// timed at LLaMA 1B's size against the bytes they must move.
 //   dev/cuda/adamw [millions of parameters]      (default 1100)
 #include "dev/cuda/common.h"
 #include "engine/kernels/kernels.h"
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
   dev::report_copy_bandwidth();
   bool ok = true;
   // Correctness on a few odd-sized tensors (chunk edges), one not counted in the norm, the last
-  // one 4 bytes past 16-byte alignment (the kernel's one-element path).
+  // one 4 bytes past 16-byte alignment (the kernel's one-element path); tensors 2 and 5 have
+  // bf16 gradients (5's 2 bytes past 8-byte alignment).
   {
     std::printf("adamw + grad norm, small tensors\n");
     const std::vector<int64_t> sizes = {1, 70000, 131072, 5, 200001, 70001};
@@ -42,11 +44,13 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> p, g, m, v;
     std::vector<dev::DeviceBuffer<float>*> bufs;
     std::vector<dev::DeviceBuffer<uint16_t>*> model;
+    std::vector<dev::DeviceBuffer<__nv_bfloat16>*> bf16_grads;
     double sq_ref = 0;
     for (size_t k = 0; k < sizes.size(); ++k) {
       const int64_t n = sizes[k];
+      const bool bf16_grad = k == 2 || k == 5;
       p.push_back(dev::random_floats(n, 1.f, 10 + k));
-      g.push_back(dev::random_floats(n, 0.1f, 20 + k));
+      g.push_back(bf16_grad ? dev::round_bf16(dev::random_floats(n, 0.1f, 20 + k)) : dev::random_floats(n, 0.1f, 20 + k));
       m.push_back(dev::random_floats(n, 0.01f, 30 + k));
       auto vv = dev::random_floats(n, 0.01f, 40 + k);
       for (auto& x : vv) x = x * x;
@@ -62,10 +66,19 @@ int main(int argc, char** argv) {
       put(*dp, p[k]), put(*dg, g[k]), put(*dm, m[k]), put(*dv, v[k]);
       bufs.insert(bufs.end(), {dp, dg, dm, dv});
       model.push_back(db);
+      const void* grad = dg->ptr + o;
+      if (bf16_grad) {
+        auto* dgb = new dev::DeviceBuffer<__nv_bfloat16>(n + o);
+        auto host = g[k];
+        host.insert(host.begin(), o, 0.f);
+        dev::upload(*dgb, host);
+        bf16_grads.push_back(dgb);
+        grad = dgb->ptr + o;
+      }
       const int in_norm = k != 3;
       if (in_norm) for (float x : g[k]) sq_ref += double(x) * x;
-      tensors.push_back({dp->ptr + o, dg->ptr + o, dm->ptr + o, dv->ptr + o, k % 2 ? db->ptr + o : nullptr, n,
-                         k % 2 ? 0.1f : 0.f, in_norm});
+      tensors.push_back({dp->ptr + o, grad, dm->ptr + o, dv->ptr + o, k % 2 ? db->ptr + o : nullptr, n,
+                         k % 2 ? 0.1f : 0.f, in_norm, bf16_grad ? 1 : 0});
     }
     Table t(tensors);
     t.sum_squares();
@@ -106,6 +119,7 @@ int main(int argc, char** argv) {
     }
     for (auto* b : bufs) delete b;
     for (auto* b : model) delete b;
+    for (auto* b : bf16_grads) delete b;
   }
   // Speed: one fp32 tensor set of the model's size, split like a 22-layer model's parameters.
   {
@@ -125,6 +139,15 @@ int main(int argc, char** argv) {
     dev::report("grad sum of squares", dev::time_ms([&] { t.sum_squares(); }, 10), 4.0 * total);
     dev::report("adamw + bf16 write-back", dev::time_ms([&] { t.step(s); }, 10),
                 (16.0 + 12.0 + 2.0) * total);
+    // the same from bf16 gradients: 2 bytes fewer read per element
+    dev::DeviceBuffer<uint16_t> g16(total);
+    CUDA_CHECK(cudaMemset(g16.ptr, 0, total * 2));
+    for (int64_t k = 0, off = 0; k < pieces; off += tensors[k].numel, ++k) {
+      tensors[k].grad = g16.ptr + off;
+      tensors[k].grad_bf16 = 1;
+    }
+    Table t16(tensors);
+    dev::report("adamw, bf16 grads", dev::time_ms([&] { t16.step(s); }, 10), (14.0 + 12.0 + 2.0) * total);
   }
   return ok ? 0 : 1;
 }

@@ -329,17 +329,19 @@ MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>& entries) {
   std::vector<OptimTensor> table;
   for (const auto& e : entries) {
     for (const auto* t : {&e.master, &e.grad, &e.exp_avg, &e.exp_avg_sq})
-      ME_CHECK(t->is_cuda() && t->scalar_type() == torch::kFloat && t->is_contiguous() && t->numel() == e.master.numel(),
-               "MultiTensorAdamW: master, grad and moments must be contiguous fp32 CUDA tensors of one size");
+      ME_CHECK(t->is_cuda() && (t->scalar_type() == torch::kFloat || (t == &e.grad && t->scalar_type() == torch::kBFloat16)) &&
+                   t->is_contiguous() && t->numel() == e.master.numel(),
+               "MultiTensorAdamW: master, grad and moments must be contiguous CUDA tensors of one size, fp32 (the ",
+               "grad may be bf16)");
     uint16_t* model = nullptr;
     if (e.model.defined()) {
       ME_CHECK(e.model.scalar_type() == torch::kBFloat16 && e.model.is_contiguous() && e.model.numel() == e.master.numel(),
                "MultiTensorAdamW: the model copy must be a contiguous bf16 tensor of the master's size");
       model = reinterpret_cast<uint16_t*>(e.model.data_ptr());
     }
-    table.push_back({e.master.data_ptr<float>(), e.grad.data_ptr<float>(), e.exp_avg.data_ptr<float>(),
+    table.push_back({e.master.data_ptr<float>(), e.grad.data_ptr(), e.exp_avg.data_ptr<float>(),
                      e.exp_avg_sq.data_ptr<float>(), model, e.master.numel(), static_cast<float>(e.weight_decay),
-                     e.in_norm ? 1 : 0});
+                     e.in_norm ? 1 : 0, e.grad.scalar_type() == torch::kBFloat16 ? 1 : 0});
   }
   const auto chunks = make_chunks(table);
   num_chunks_ = static_cast<int64_t>(chunks.size());

@@ -84,7 +84,7 @@ void cross_entropy_backward_(torch::Tensor& logits, const torch::Tensor& labels,
 class MultiTensorAdamW {
  public:
   struct Entry {
-    torch::Tensor master, grad, exp_avg, exp_avg_sq;
+    torch::Tensor master, grad, exp_avg, exp_avg_sq;  // fp32; grad fp32 or bf16
     torch::Tensor model;  // bf16 parameter refreshed from the master after the update, or undefined
     double weight_decay = 0;
     bool in_norm = true;

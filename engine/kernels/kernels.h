@@ -98,13 +98,14 @@ bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad
 // pointers never move) cut into fixed-size chunks, one thread block per chunk.
 struct OptimTensor {
   float* master;           // fp32 master weights (updated in place)
-  const float* grad;       // fp32 gradients
+  const void* grad;        // fp32 gradients, or bf16 ones (grad_bf16: parallel.grad_reduce_dtype = "bf16")
   float* exp_avg;          // AdamW moments
   float* exp_avg_sq;
   uint16_t* model_bf16;    // the model's bf16 copy to refresh after the update, or null
   int64_t numel;
   float weight_decay;
   int32_t in_norm;         // counted in the gradient norm (TP-replicated params on one rank only)
+  int32_t grad_bf16;       // grad points to bf16 values
 };
 struct OptimChunk {
   int32_t tensor;

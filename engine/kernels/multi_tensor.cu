@@ -9,6 +9,18 @@ namespace {
 
 constexpr int kThreads = 512;
 
+// Gradient element i, widened to fp32 whatever the buffer's dtype (uniform per tensor: no divergence).
+__device__ __forceinline__ float grad_at(const OptimTensor& t, int64_t i) {
+  return t.grad_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(t.grad)[i]) : static_cast<const float*>(t.grad)[i];
+}
+// Elements i..i+3 (i a multiple of 4, the tensor's rows 16-byte aligned for fp32, 8-byte for bf16).
+__device__ __forceinline__ float4 grad4_at(const OptimTensor& t, int64_t i) {
+  if (!t.grad_bf16) return *reinterpret_cast<const float4*>(static_cast<const float*>(t.grad) + i);
+  const uint2 b = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(t.grad) + i);
+  const auto lo = *reinterpret_cast<const __nv_bfloat162*>(&b.x), hi = *reinterpret_cast<const __nv_bfloat162*>(&b.y);
+  return {__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)};
+}
+
 __global__ void chunk_sum_squares_kernel(const OptimTensor* __restrict__ tensors, const OptimChunk* __restrict__ chunks,
                                          double* __restrict__ partials) {
   const OptimChunk c = chunks[blockIdx.x];
@@ -17,7 +29,7 @@ __global__ void chunk_sum_squares_kernel(const OptimTensor* __restrict__ tensors
   if (t.in_norm) {
     const int64_t end = min(c.start + kOptimChunkElems, t.numel);
     for (int64_t i = c.start + threadIdx.x; i < end; i += blockDim.x) {
-      const double g = t.grad[i];
+      const double g = grad_at(t, i);
       acc += g * g;
     }
   }
@@ -63,14 +75,16 @@ __global__ void adamw_kernel(const OptimTensor* __restrict__ tensors, const Opti
   const int64_t end = min(c.start + kOptimChunkElems, t.numel);
   const AdamWUpdate update{1.f - s.lr * t.weight_decay, s.lr / s.bias_correction1, s};
   int64_t tail = c.start;
-  const bool vec = detail::aligned16(t.master + c.start) && detail::aligned16(t.grad + c.start) &&
+  const bool grad_aligned = t.grad_bf16 ? reinterpret_cast<uintptr_t>(static_cast<const __nv_bfloat16*>(t.grad) + c.start) % 8 == 0
+                                        : detail::aligned16(static_cast<const float*>(t.grad) + c.start);
+  const bool vec = detail::aligned16(t.master + c.start) && grad_aligned &&
                    detail::aligned16(t.exp_avg + c.start) && detail::aligned16(t.exp_avg_sq + c.start) &&
                    (!t.model_bf16 || reinterpret_cast<uintptr_t>(t.model_bf16 + c.start) % 8 == 0);
   if (vec) {
     const int64_t quads = (end - c.start) / 4;
     for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
       const int64_t i = c.start + 4 * q;
-      const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
+      const float4 g = grad4_at(t, i);
       float4 m = *reinterpret_cast<const float4*>(t.exp_avg + i), v = *reinterpret_cast<const float4*>(t.exp_avg_sq + i),
              p = *reinterpret_cast<const float4*>(t.master + i);
       p.x = update(g.x, m.x, v.x, p.x);
@@ -89,7 +103,7 @@ __global__ void adamw_kernel(const OptimTensor* __restrict__ tensors, const Opti
   }
   for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
     float m = t.exp_avg[i], v = t.exp_avg_sq[i];
-    const float p = update(t.grad[i], m, v, t.master[i]);
+    const float p = update(grad_at(t, i), m, v, t.master[i]);
     t.exp_avg[i] = m;
     t.exp_avg_sq[i] = v;
     t.master[i] = p;

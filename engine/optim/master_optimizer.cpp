@@ -7,6 +7,16 @@
 
 namespace me::optim {
 
+namespace {
+// Gradients as fp32 for LibTorch's AdamW kernels: the buffer's own tensors, or copies of bf16
+// ones (parallel.grad_reduce_dtype = "bf16"; the engine's fused kernel reads bf16 directly).
+std::vector<torch::Tensor> as_fp32(const std::vector<torch::Tensor>& grads) {
+  std::vector<torch::Tensor> out;
+  for (const auto& g : grads) out.push_back(g.scalar_type() == torch::kFloat ? g : g.to(torch::kFloat));
+  return out;
+}
+}  // namespace
+
 MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
                                  FlatLayout layout, OptimizerConfig cfg, comm::ProcessGroup* model_parallel,
                                  comm::ProcessGroup* dp, const torch::Tensor& flat_params)
@@ -129,12 +139,12 @@ void MasterOptimizer::update(double lr, double clip) {
       v.push_back(s.v);
     }
     const double wd = decay ? cfg_.adam.weight_decay : 0.0;
-    if (compat::fused_adamw(p, g, m, v, step_count_, lr, cfg_.adam.beta1, cfg_.adam.beta2, wd, cfg_.adam.eps,
-                            grad_divisor_))
+    if (compat::fused_adamw(p, as_fp32(g), m, v, step_count_, lr, cfg_.adam.beta1, cfg_.adam.beta2, wd,
+                            cfg_.adam.eps, grad_divisor_))
       continue;
-    if (!clipped) clip_grads();
+    if (!clipped) clip_grads();  // in place: g's tensors are the segments' own
     clipped = true;
-    adamw_update(p, g, m, v, lr, wd, cfg_.adam, steps_);
+    adamw_update(p, as_fp32(g), m, v, lr, wd, cfg_.adam, steps_);
   }
 }
 

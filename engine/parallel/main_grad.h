@@ -11,7 +11,7 @@ namespace me::parallel {
 class MainGradSink {
  public:
   virtual ~MainGradSink() = default;
-  // The fp32 main grad of `param`, shaped like it, and whether it already holds a gradient of
+  // The main grad of `param` (fp32, or bf16 under parallel.grad_reduce_dtype), shaped like it, and whether it already holds a gradient of
   // this step (add to it) or not (overwrite it). Undefined when `param` is not in the buffer:
   // the caller hands its gradient to autograd as usual.
   virtual torch::Tensor main_grad(const torch::Tensor& param, bool* accumulate) = 0;

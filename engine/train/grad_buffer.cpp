@@ -5,15 +5,17 @@
 namespace me::train {
 
 GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb,
-                       bool shard_reduce, bool symmetric)
+                       bool shard_reduce, bool symmetric, torch::ScalarType dtype)
     : params_(params), dp_(dp && dp->size() > 1 ? dp : nullptr), shard_reduce_(shard_reduce),
       alive_(std::make_shared<bool>(true)) {
+  ME_CHECK(dtype == torch::kFloat || dtype == torch::kBFloat16, "gradient buffer: fp32 or bf16, got ", dtype);
   dp_size_ = dp_ ? dp_->size() : 1;
   dp_rank_ = dp_ ? dp_->rank() : 0;
   // Buckets are filled in reverse parameter order: backward produces the last layers' grads
   // first, so the first buckets complete (and start communicating) earliest. Reduce-scattered
   // buckets are padded to a multiple of the dp size, so that each rank's piece is whole.
-  const int64_t bucket_elems = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
+  const int64_t bucket_elems =
+      std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / c10::elementSize(dtype)));
   const int64_t align = shard_reduce_ ? dp_size_ : 1;
   auto& l = layout_;
   auto close_bucket = [&] {
@@ -36,8 +38,8 @@ GradBuffer::GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGr
     bucket_of_[k] = buckets_.size() - 1;
   }
   close_bucket();
-  const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(params_.front().device());
-  flat_ = symmetric && dp_ ? dp_->empty_symmetric(l.numel, fp32) : torch::zeros({l.numel}, fp32);
+  const auto options = torch::TensorOptions().dtype(dtype).device(params_.front().device());
+  flat_ = symmetric && dp_ ? dp_->empty_symmetric(l.numel, options) : torch::zeros({l.numel}, options);
   if (symmetric && dp_) symmetric_bytes_ += flat_.nbytes();
 
   std::weak_ptr<bool> alive = alive_;
@@ -109,7 +111,7 @@ void GradBuffer::mark_written(const torch::Tensor& param) { arrived(index_.at(pa
 
 void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
   if (!g.defined()) return;  // written into the buffer by its layer (gradient-accumulation fusion)
-  // One kernel either way: the bf16 gradient is widened inside the copy or the add.
+  // One kernel either way: the gradient is converted (if need be) inside the copy or the add.
   if (!written_[i]) view(i).copy_(g);
   else view(i).add_(g);
   arrived(i);

@@ -1,6 +1,6 @@
-// Data-parallel gradients: one flat fp32 "main grad" buffer over this rank's parameters,
-// filled by a hook per parameter (so micro-batches accumulate in fp32 whatever the parameter
-// dtype), split into buckets that are averaged over the data-parallel group as soon as their
+// Data-parallel gradients: one flat "main grad" buffer over this rank's parameters, fp32 (so
+// micro-batches accumulate in fp32 whatever the parameter dtype) or bf16 (half the memory and
+// half the bytes to reduce: Megatron's --grad-reduce-in-bf16), filled by a hook per parameter, split into buckets that are averaged over the data-parallel group as soon as their
 // last gradient of the last micro-batch arrives, overlapping with the rest of backward. Linear
 // layers attached to it (parallel::attach_main_grads) write their weight gradients in directly.
 // Under the distributed optimizer the buckets are reduce-scattered instead, each as soon as it
@@ -26,8 +26,9 @@ class GradBuffer : public parallel::MainGradSink {
   // bucket is padded to a multiple of the dp size and reduce-scattered instead of all-reduced:
   // afterwards each rank holds the averaged grads of its piece of every bucket (layout().shard).
   // `symmetric`: the flat buffer comes from dp->empty_symmetric (registered with the group).
+  // `dtype`: the buffer's, kFloat or kBFloat16 (bucket_mb counts bytes of it).
   GradBuffer(const std::vector<torch::Tensor>& params, comm::ProcessGroup* dp, double bucket_mb, bool shard_reduce,
-             bool symmetric = false);
+             bool symmetric = false, torch::ScalarType dtype = torch::kFloat);
   ~GradBuffer() override;
 
   // Param i's bucket is reduced only in finish(), after its `before_deferred` callback: for a

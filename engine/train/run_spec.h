@@ -58,6 +58,10 @@ struct ParallelSpec {
   // (comm::ProcessGroup::empty_symmetric): "none", "params" (the distributed optimizer's flat
   // parameter buffer, which its all-gathers fill) or "all" (also the fp32 gradient buffer).
   std::string symmetric_buffers = "none";
+  // The main-grad buffer's dtype, in which gradients accumulate over micro-batches and are
+  // reduced over data parallelism: "fp32", or "bf16" (half the bytes: Megatron's
+  // --grad-reduce-in-bf16; only with precision = "bf16").
+  std::string grad_reduce_dtype = "fp32";
 };
 
 struct CommSpec {

@@ -51,6 +51,11 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ME_CHECK(par.symmetric_buffers != "params" || par.distributed_optimizer,
            "parallel.symmetric_buffers = \"params\" is the distributed optimizer's parameter buffer: set ",
            "parallel.distributed_optimizer=true, or use \"all\" for the gradient buffer of plain data parallelism");
+  ME_CHECK(par.grad_reduce_dtype == "fp32" || par.grad_reduce_dtype == "bf16",
+           "parallel.grad_reduce_dtype must be fp32 or bf16, got '", par.grad_reduce_dtype, "'");
+  ME_CHECK(par.grad_reduce_dtype == "fp32" || spec_.precision == "bf16",
+           "parallel.grad_reduce_dtype = \"bf16\" keeps gradients in bf16, which needs bf16 training: set ",
+           "precision = \"bf16\" (it is '", spec_.precision, "'), or grad_reduce_dtype = \"fp32\"");
   const auto& cta = spec_.comm.nccl_cta_policy;
   ME_CHECK(cta == "default" || cta == "efficiency" || cta == "zero",
            "comm.nccl_cta_policy must be default, efficiency or zero, got '", cta, "'");
@@ -126,7 +131,8 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
     if (shared_embedding) shared_embedding_param_ = static_cast<int64_t>(i);
   }
   grads_ = std::make_unique<GradBuffer>(params_, groups_ ? groups_->dp.get() : nullptr, par.bucket_mb,
-                                        par.distributed_optimizer, par.symmetric_buffers == "all");
+                                        par.distributed_optimizer, par.symmetric_buffers == "all",
+                                        par.grad_reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat);
   parallel::attach_main_grads(*model_, par.grad_accumulation_fusion ? grads_.get() : nullptr);
   // The tied embedding's gradient is summed over the stages holding it before its DP reduction.
   if (shared_embedding_param_ >= 0) grads_->defer(static_cast<size_t>(shared_embedding_param_));
@@ -294,6 +300,9 @@ Summary Trainer::run() {
     if (spec_.parallel.distributed_optimizer)
       log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
                 "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");
+    if (spec_.parallel.grad_reduce_dtype == "bf16")
+      log::info("gradients accumulated and reduced in bf16 (parallel.grad_reduce_dtype): ",
+                grads_->flat().nbytes() / 1048576.0, " MiB buffer on this rank");
     if (grads_->symmetric_bytes() > 0 && comm_->backend() == "nccl")
       log::info("symmetric buffers (", spec_.parallel.symmetric_buffers, "): ", grads_->symmetric_bytes() / 1048576.0,
                 " MiB registered with the data-parallel NCCL group, outside LibTorch's allocator (not in its peak)");

@@ -143,7 +143,8 @@ TEST_CASE("cross-entropy kernels = LibTorch's cross_entropy on fp32 logits, loss
   }
 }
 
-TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping and the bf16 write-back", "[kernels][gpu]") {
+TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping, the bf16 write-back and bf16 gradients",
+          "[kernels][gpu]") {
   if (!have_gpu()) return;
   torch::manual_seed(4);
   const std::vector<int64_t> sizes = {70000, 5, 131072, 3000};
@@ -154,6 +155,7 @@ TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping and the 
   for (size_t k = 0; k < sizes.size(); ++k) {
     p.push_back(torch::randn({sizes[k]}, kGpu));
     g.push_back(0.1 * torch::randn({sizes[k]}, kGpu));
+    if (k == 2) g.back() = g.back().to(torch::kBFloat16);  // parallel.grad_reduce_dtype = "bf16"
     m.push_back(torch::zeros({sizes[k]}, kGpu));
     v.push_back(torch::zeros({sizes[k]}, kGpu));
     pr.push_back(p.back().clone()), mr.push_back(m.back().clone()), vr.push_back(v.back().clone());
@@ -169,7 +171,7 @@ TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping and the 
   for (int64_t step = 1; step <= 3; ++step) {
     fused.step(1e-2, cfg.beta1, cfg.beta2, cfg.eps, step, 0.5);
     for (size_t k = 0; k < sizes.size(); ++k) {
-      std::vector<torch::Tensor> P{pr[k]}, G{g[k] * 0.5}, M{mr[k]}, V{vr[k]};
+      std::vector<torch::Tensor> P{pr[k]}, G{g[k].to(torch::kFloat) * 0.5}, M{mr[k]}, V{vr[k]};
       me::optim::adamw_update(P, G, M, V, 1e-2, k % 2 ? 0.0 : 0.1, cfg, step);
     }
   }

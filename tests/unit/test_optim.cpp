@@ -89,6 +89,34 @@ TEST_CASE("the trainer's optimizer: AdamW two steps against hand-computed values
   check_two_adamw_steps(w, b, [&] { opt.step(0.1); });
 }
 
+TEST_CASE("the trainer's optimizer: bf16 gradients (parallel.grad_reduce_dtype) step as their fp32 values", "[optim]") {
+  // AdamW: the hand-computed trajectory again, from a bf16 gradient buffer.
+  auto w = torch::tensor({1.0f, -2.0f}).reshape({2, 1});
+  auto b = torch::tensor({1.0f});
+  Flat f({{w, true, true}, {b, false, true}}, {0.5f, -0.1f, 0.5f});
+  f.grads = f.grads.to(torch::kBFloat16);
+  me::optim::OptimizerConfig cfg;
+  cfg.adam = {0.9, 0.999, 1e-8, 0.1};
+  cfg.clip = 0;
+  auto opt = f.make(cfg);
+  check_two_adamw_steps(w, b, [&] { opt.step(0.1); });
+  // SGD with clipping: gradients (3, 0) and (4) are exact in bf16, so the norm is 5 exactly and
+  // the update minus the clipped gradient.
+  auto a = torch::zeros({2});
+  auto c = torch::zeros({1});
+  me::optim::OptimizerConfig sgd;
+  sgd.kind = "sgd";
+  sgd.momentum = 0;
+  sgd.adam.weight_decay = 0;
+  sgd.clip = 1.0;
+  Flat g({{a, false, true}, {c, false, true}}, {3.0f, 0.0f, 4.0f});
+  g.grads = g.grads.to(torch::kBFloat16);
+  auto sgd_opt = g.make(sgd);
+  CHECK(sgd_opt.step(1.0) == 5.0);
+  CHECK(a[0].item<double>() == Approx(-0.6).epsilon(1e-2));  // the clipped gradient, rounded to bf16
+  CHECK(c[0].item<double>() == Approx(-0.8).epsilon(1e-2));
+}
+
 TEST_CASE("the trainer's optimizer: global-norm clipping, replicated parameters counted once", "[optim]") {
   // grads (3, 0) and (4): norm 5, clipped to 1 -> scaled by 1/5 (SGD, lr 1, no momentum, so the
   // update is exactly minus the clipped gradient).
@@ -148,10 +176,10 @@ TEST_CASE("the trainer's optimizer: the fused GPU AdamW (clipping folded in) mat
   me::optim::OptimizerConfig cfg;
   cfg.adam = {0.9, 0.95, 1e-8, 0.1};
   cfg.clip = 0.5;
-  auto run = [&](torch::Device dev) {
+  auto run = [&](torch::Device dev, torch::ScalarType grad_dtype) {
     auto w = w0.to(dev, torch::kBFloat16), b = b0.to(dev, torch::kBFloat16);
     std::vector<me::optim::MasterParam> params = {{w, true, true}, {b, false, true}};
-    auto grads = g0.to(dev, /*non_blocking=*/false, /*copy=*/true);  // never g0 itself: clipping scales it
+    auto grads = g0.to(dev, grad_dtype, /*non_blocking=*/false, /*copy=*/true);  // never g0: clipping scales it
     me::optim::MasterOptimizer opt(params, grads, me::optim::FlatLayout::packed({64 * 33, 33}), cfg, nullptr, nullptr);
     std::vector<double> norms;
     for (int k = 0; k < 5; ++k) {
@@ -160,13 +188,17 @@ TEST_CASE("the trainer's optimizer: the fused GPU AdamW (clipping folded in) mat
     }
     return std::make_tuple(w.to(torch::kCPU, torch::kFloat), b.to(torch::kCPU, torch::kFloat), norms);
   };
-  const auto [wc, bc, nc] = run(torch::kCPU);
-  const auto [wg, bg, ng] = run(torch::Device(torch::kCUDA, 0));
-  for (size_t k = 0; k < nc.size(); ++k) CHECK(ng[k] == Approx(nc[k]).epsilon(1e-6));
-  // bf16 weights: the two paths may round the last update to neighbouring bf16 values.
-  CHECK(torch::allclose(wg, wc, 1e-2, 1e-2));
-  CHECK(torch::allclose(bg, bc, 1e-2, 1e-2));
-  CHECK((wg - w0).abs().max().item<double>() > 1e-2);  // the weights did move
+  // fp32 gradients, and bf16 ones (parallel.grad_reduce_dtype = "bf16": the kernel reads them as they are)
+  for (const auto grad_dtype : {torch::kFloat, torch::kBFloat16}) {
+    INFO("gradients " << grad_dtype);
+    const auto [wc, bc, nc] = run(torch::kCPU, grad_dtype);
+    const auto [wg, bg, ng] = run(torch::Device(torch::kCUDA, 0), grad_dtype);
+    for (size_t k = 0; k < nc.size(); ++k) CHECK(ng[k] == Approx(nc[k]).epsilon(1e-6));
+    // bf16 weights: the two paths may round the last update to neighbouring bf16 values.
+    CHECK(torch::allclose(wg, wc, 1e-2, 1e-2));
+    CHECK(torch::allclose(bg, bc, 1e-2, 1e-2));
+    CHECK((wg - w0).abs().max().item<double>() > 1e-2);  // the weights did move
+  }
 }
 
 TEST_CASE("LR schedules at named points", "[optim]") {
