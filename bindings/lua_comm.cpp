@@ -166,22 +166,38 @@ int g_all_reduce(lua_State* L) {  // g:all_reduce(t [, op [, async]]) -> t, redu
   return push_result(L, g->all_reduce(t, op_arg(L, 3), async), async, 2);
 }
 
-int g_all_gather(lua_State* L) {  // g:all_gather(t) -> new tensor with size() x t.size(1) rows
+// g:all_gather(t [, out]) -> out, or a new tensor with size() x t.size(1) rows. `out` may hold
+// `t` at this rank's place (in place, as the distributed optimizer gathers its parameters).
+int g_all_gather(lua_State* L) {
   auto& g = check_group(L, 1);
   auto& in = check_tensor(L, 2);
+  auto src = in.contiguous();
+  if (!lua_isnoneornil(L, 3)) {
+    auto& out = check_tensor(L, 3);
+    g->all_gather(out, src);
+    lua_settop(L, 3);
+    return 1;
+  }
   auto sizes = in.sizes().vec();
   if (sizes.empty()) sizes.push_back(1);
   sizes[0] *= g->size();
   auto out = torch::empty(sizes, in.options());
-  auto src = in.contiguous();
   g->all_gather(out, src);
   push_tensor(L, out);
   return 1;
 }
 
-int g_reduce_scatter(lua_State* L) {  // g:reduce_scatter(t [, op]) -> this rank's reduced chunk
+// g:reduce_scatter(t [, op [, out]]) -> this rank's reduced chunk: `out` (which may be that chunk
+// of `t` itself: in place, as gradient buckets are reduced), or a new tensor.
+int g_reduce_scatter(lua_State* L) {
   auto& g = check_group(L, 1);
   auto in = check_tensor(L, 2).contiguous();
+  if (!lua_isnoneornil(L, 4)) {
+    auto& out = check_tensor(L, 4);
+    g->reduce_scatter(out, in, op_arg(L, 3));
+    lua_settop(L, 4);
+    return 1;
+  }
   ME_CHECK(in.dim() >= 1 && in.size(0) % g->size() == 0, "reduce_scatter: dimension 1 (", in.dim() ? in.size(0) : 0,
            ") must be divisible by the group size ", g->size());
   auto sizes = in.sizes().vec();
@@ -189,6 +205,18 @@ int g_reduce_scatter(lua_State* L) {  // g:reduce_scatter(t [, op]) -> this rank
   auto out = torch::empty(sizes, in.options());
   g->reduce_scatter(out, in, op_arg(L, 3));
   push_tensor(L, out);
+  return 1;
+}
+
+// g:empty_symmetric(n [, dtype = "float32"]) -> a 1-D tensor of n zeros in memory the group
+// registers for direct access by every member (NCCL windows; a plain tensor under Gloo).
+// Collective: every member calls it with the same size, in the same order.
+int g_empty_symmetric(lua_State* L) {
+  auto& g = check_group(L, 1);
+  const auto n = check_integer(L, 2);
+  ME_CHECK(n > 0, "empty_symmetric: the size must be positive, got ", n);
+  auto t = g->empty_symmetric(n, torch::TensorOptions().dtype(check_dtype(L, 3, torch::kFloat)));
+  push_tensor(L, t);
   return 1;
 }
 
@@ -256,6 +284,7 @@ void open_comm(lua_State* L, int core) {
   static const luaL_Reg group_methods[] = {
       {"all_reduce", wrapped<g_all_reduce>}, {"all_gather", wrapped<g_all_gather>},
       {"reduce_scatter", wrapped<g_reduce_scatter>}, {"broadcast", wrapped<g_broadcast>},
+      {"empty_symmetric", wrapped<g_empty_symmetric>},
       {"send", wrapped<g_send>}, {"recv", wrapped<g_recv>}, {"barrier", wrapped<g_barrier>},
       {"rank", wrapped<g_rank>}, {"size", wrapped<g_size>}, {"name", wrapped<g_name>},
       {"backend", wrapped<g_backend>}, {"ranks", wrapped<g_ranks>}, {nullptr, nullptr}};

@@ -42,6 +42,18 @@ std::optional<torch::ScalarType> parse_dtype(const std::string& s) {
   return std::nullopt;
 }
 
+}  // namespace
+
+torch::ScalarType check_dtype(lua_State* L, int arg, torch::ScalarType fallback) {
+  if (lua_isnoneornil(L, arg)) return fallback;
+  const std::string name = check_string(L, arg);
+  const auto t = parse_dtype(name);
+  if (!t) fail("unknown dtype '", name, "' (float32, float64, bfloat16, float16, int64, int32, uint8, bool...)");
+  return *t;
+}
+
+namespace {
+
 torch::Device parse_device(const std::string& s) {
   if (s == "cpu") return torch::kCPU;
   if (s == "cuda" || s.rfind("cuda:", 0) == 0) {
@@ -368,6 +380,15 @@ int t_reshape(lua_State* L) {
 
 int t_t(lua_State* L) { auto& t = check_tensor(L, 1); push_tensor(L, t.dim() < 2 ? t : t.transpose(-2, -1)); return 1; }
 int t_clone(lua_State* L) { push_tensor(L, check_tensor(L, 1).clone()); return 1; }
+int t_copy(lua_State* L) {  // t:copy_(src) -> t, src's values written in (converted to t's dtype and device)
+  auto& t = check_tensor(L, 1);
+  const auto& src = check_tensor(L, 2);
+  ME_CHECK(src.numel() == t.numel(), "copy_: the source has ", src.numel(), " elements, the tensor ", t.numel());
+  torch::NoGradGuard no_grad;
+  t.view(src.sizes()).copy_(src);
+  lua_settop(L, 1);
+  return 1;
+}
 int t_abs(lua_State* L) { push_tensor(L, check_tensor(L, 1).abs()); return 1; }
 int t_exp(lua_State* L) { push_tensor(L, check_tensor(L, 1).exp()); return 1; }
 int t_log(lua_State* L) { push_tensor(L, check_tensor(L, 1).log()); return 1; }
@@ -442,7 +463,7 @@ void open_tensor(lua_State* L, int core) {
       {"matmul", wrapped<t_matmul>}, {"sum", wrapped<t_reduce<0>>}, {"mean", wrapped<t_reduce<1>>},
       {"max", wrapped<t_reduce<2>>}, {"min", wrapped<t_reduce<3>>}, {"narrow", wrapped<t_narrow>},
       {"select", wrapped<t_select>}, {"reshape", wrapped<t_reshape>}, {"view", wrapped<t_reshape>},
-      {"t", wrapped<t_t>}, {"clone", wrapped<t_clone>}, {"abs", wrapped<t_abs>}, {"exp", wrapped<t_exp>},
+      {"t", wrapped<t_t>}, {"clone", wrapped<t_clone>}, {"copy_", wrapped<t_copy>}, {"abs", wrapped<t_abs>}, {"exp", wrapped<t_exp>},
       {"log", wrapped<t_log>}, {"sqrt", wrapped<t_sqrt>}, {"softmax", wrapped<t_softmax>},
       {"eq", wrapped<t_compare<0>>}, {"ne", wrapped<t_compare<1>>}, {"lt", wrapped<t_compare<2>>},
       {"le", wrapped<t_compare<3>>}, {"gt", wrapped<t_compare<4>>}, {"ge", wrapped<t_compare<5>>},

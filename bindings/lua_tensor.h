@@ -8,5 +8,7 @@ namespace me::lua {
 
 void push_tensor(lua_State* L, torch::Tensor t);
 torch::Tensor& check_tensor(lua_State* L, int arg);
+// A dtype name at arg ("float32", "bfloat16", ...), or `fallback` when the argument is absent.
+torch::ScalarType check_dtype(lua_State* L, int arg, torch::ScalarType fallback);
 
 }  // namespace me::lua

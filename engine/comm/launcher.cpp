@@ -1,11 +1,8 @@
 #include "engine/comm/launcher.h"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +18,7 @@
 #include <iostream>
 #include <optional>
 
+#include "engine/comm/free_port.h"
 #include "engine/core/error.h"
 
 extern char** environ;
@@ -574,41 +572,6 @@ std::string signal_name(int sig) {
     case SIGXFSZ: return "SIGXFSZ";
     default: return cat("signal ", sig);
   }
-}
-
-int pick_free_port(const std::string& addr) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &res);
-  if (rc != 0) fail("cannot resolve master address '", addr, "': ", gai_strerror(rc));
-  int last_errno = 0;
-  int port = -1;
-  for (addrinfo* ai = res; ai && port < 0; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-    if (fd < 0) {
-      last_errno = errno;
-      continue;
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof bound;
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
-      port = bound.ss_family == AF_INET6
-                 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                 : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    } else {
-      last_errno = errno;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  if (port <= 0)
-    fail("cannot bind a TCP port on master address '", addr,
-         "': ", errno_text(last_errno), " (is it an address of this machine?)");
-  return port;
 }
 
 int launch(const LaunchOptions& opts) {

@@ -31,11 +31,6 @@ struct LaunchOptions {
 // be started (after stopping any already started). Not reentrant: one launch at a time.
 int launch(const LaunchOptions& opts);
 
-// Binds a TCP socket to port 0 on addr, reads back the port the kernel chose, and closes it.
-// Another process could take the port before the ranks bind it; that race is inherent to
-// this scheme (torchrun has it too) and harmless in practice. Throws me::Error on failure.
-int pick_free_port(const std::string& addr);
-
 // "SIGKILL" for 9, "signal 77" for a number without a well-known name.
 std::string signal_name(int sig);
 

@@ -104,7 +104,8 @@ class NcclGroup : public ProcessGroup {
  public:
   NcclGroup(std::string name, std::vector<int> ranks, int global_rank, const c10::intrusive_ptr<c10d::Store>& store,
             std::chrono::milliseconds timeout, int device, const std::string& cta_policy)
-      : ProcessGroup(std::move(name), std::move(ranks), global_rank), timeout_(timeout), device_(device) {
+      : ProcessGroup(std::move(name), std::move(ranks), global_rank), timeout_(timeout), device_(device),
+        zero_cta_(cta_policy == "zero") {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
     config.CTAPolicy = cta_policy_value(cta_policy);
@@ -146,6 +147,7 @@ class NcclGroup : public ProcessGroup {
 #if ME_NCCL_WINDOWS
     for (auto& w : windows_) ncclMemFree(w.ptr);
 #endif
+    if (own_stream_) cudaStreamDestroy(own_stream_);
   }
 
   torch::Tensor empty_symmetric(int64_t numel, const torch::TensorOptions& options) override {
@@ -243,10 +245,22 @@ class NcclGroup : public ProcessGroup {
     ME_CHECK(t.is_cuda() && t.device().index() == device_, op, " on group '", name(), "': tensor is on ", t.device(),
              ", the group drives cuda:", device_);
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
-    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
+    const cudaStream_t current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
+    cudaStream_t stream = current;
+    // NCCL 2.28's copy-engine collectives (the zero-CTA policy, into windows) fail with a CUDA
+    // error on the legacy default stream: there the collective runs on the group's own stream,
+    // after what the default stream queued, and the default stream waits for it.
+    if (zero_cta_ && (current == nullptr || current == cudaStreamLegacy)) {
+      if (!own_stream_) ME_CUDA(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      CudaEvent queued;
+      ME_CUDA(cudaEventRecord(queued.event, current), "cudaEventRecord");
+      ME_CUDA(cudaStreamWaitEvent(own_stream_, queued.event, 0), "cudaStreamWaitEvent");
+      stream = own_stream_;
+    }
     ME_NCCL(call(stream), cat(op, " on group '", name(), "'"));
     auto ev = std::make_shared<CudaEvent>();
     ME_CUDA(cudaEventRecord(ev->event, stream), "cudaEventRecord");
+    if (stream != current) ME_CUDA(cudaStreamWaitEvent(current, ev->event, 0), "cudaStreamWaitEvent");
     std::lock_guard<std::mutex> lock(mutex_);
     inflight_.push_back({ev, collectives_started(), op, std::chrono::steady_clock::now()});
     return std::make_shared<NcclWork>(ev);
@@ -283,6 +297,8 @@ class NcclGroup : public ProcessGroup {
 
   std::chrono::milliseconds timeout_;
   int device_;
+  bool zero_cta_;                      // CTA policy zero: copy-engine collectives possible
+  cudaStream_t own_stream_ = nullptr;  // where those run when the caller is on the default stream
   ncclComm_t comm_ = nullptr;
 #if ME_NCCL_WINDOWS
   struct Window {

@@ -3,7 +3,8 @@
 -- default; ME_TEST_DEVICE=cuda runs the same checks over NCCL, one GPU per rank.
 local me = require "megaengine"
 local device = os.getenv("ME_TEST_DEVICE") or "cpu"
-local w = me.comm.init { timeout_s = 60, device = device }
+-- ME_TEST_NCCL_CTA_POLICY=zero: NCCL serves what it can on the copy engines (all-gathers into windows)
+local w = me.comm.init { timeout_s = 60, device = device, nccl_cta_policy = os.getenv("ME_TEST_NCCL_CTA_POLICY") or "default" }
 local r, n = w:rank(), w:size()
 assert(n >= 2 and n % 2 == 0, "run me under --nproc N with N even")
 local gpu = "cpu"
@@ -57,6 +58,28 @@ for _, dtype in ipairs { "float32", "bfloat16" } do
     local out = D(me.tensor.ones({ size }, opts) * (r + 1))
     if r % 2 == 0 then w:send(out, right); w:recv(got, left) else w:recv(got, left); w:send(out, right) end
     check(host(got):sum():item() == (left + 1) * size, "ring recv")
+  end
+end
+
+-- The distributed optimizer's pattern on memory the group registers (NCCL windows, a plain tensor
+-- under Gloo): a flat buffer reduce-scattered in place, each rank keeping the average of its
+-- piece, then all-gathered in place; small pieces and bucket-sized ones.
+me.manual_seed(11)  -- the same values on every rank
+local function host64(t) return t:to("cpu"):to("float64") end
+for _, dtype in ipairs { "float32", "bfloat16" } do
+  for _, m in ipairs { 3, 1 << 20 } do
+    local what = ("%s, %d per rank, on a symmetric buffer"):format(dtype, m)
+    local buf = w:empty_symmetric(n * m, dtype)
+    check(buf:numel() == n * m and host64(buf):abs():sum():item() == 0, "empty_symmetric: zeros, " .. what)
+    -- integers below 13 times (rank + 1): their average over ranks, (n + 1) / 2 x base, is exact in bf16
+    local base = me.tensor.randint(0, 13, { n * m }):to("float64")
+    buf:copy_(base * (r + 1))
+    local piece = buf:narrow(1, r * m + 1, m)
+    w:reduce_scatter(buf, "avg", piece)
+    local want = base * ((n + 1) / 2)
+    check(host64(piece):allclose(want:narrow(1, r * m + 1, m)), "in-place reduce_scatter, " .. what)
+    w:all_gather(piece, buf)
+    check(host64(buf):allclose(want), "in-place all_gather, " .. what)
   end
 end
 

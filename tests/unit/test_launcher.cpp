@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/comm/free_port.h"
 #include "engine/comm/launcher.h"
 #include "engine/core/error.h"
 
@@ -306,6 +307,11 @@ TEST_CASE("pick_free_port", "[launcher]") {
   int port = me::comm::pick_free_port("127.0.0.1");
   CHECK(port > 0);
   CHECK(port < 65536);
+  // Below the ephemeral range (where the kernel leaves room for it): no rank's outgoing
+  // connection can be given the store's port as its source port.
+  const auto [first, last] = me::comm::ephemeral_port_range();
+  CHECK(first <= last);
+  if (first > 11000) CHECK(port < first);
   // TEST-NET-1 is never an address of this machine: binding fails with a clear message.
   CHECK_THROWS_WITH(me::comm::pick_free_port("192.0.2.1"), Contains("cannot bind a TCP port"));
   CHECK(me::comm::signal_name(SIGSEGV) == "SIGSEGV");
