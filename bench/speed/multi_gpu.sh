@@ -9,7 +9,8 @@
 # against the same engine's one-GPU row.
 #   bash bench/speed/multi_gpu.sh BUILD_DIR OUT_DIR [MODEL ...]    (default: gpt1.3b llama1b)
 # Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4); ME_BENCH_DP_EXTRA
-#   (recipe overrides) and ME_BENCH_DP_EXTRA_ENV (VAR=value ...) add a second data-parallel row;
+#   (recipe overrides; several rows separated by ';') and ME_BENCH_DP_EXTRA_ENV (VAR=value ...)
+#   add data-parallel rows;
 #   ME_BENCH_SKIP_TP=1 skips the tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows; ME_BENCH_PP_FIRST sets
 #   the first stage's layers (0: an even split); ME_BENCH_REF: the reference's modes ("compile",
 #   the default; "eager compile"; "" for none).
@@ -56,11 +57,16 @@ for m in $models; do
     reference "$m" 1 "$mode"
     [ "$ngpu" -ge 2 ] && reference "$m" "$ngpu" "$mode"
   done
-  # An extra data-parallel row: recipe overrides and environment (e.g. NCCL settings) to compare.
+  # Extra data-parallel rows: recipe overrides (rows separated by ';') and environment (e.g. NCCL
+  # settings, for every extra row) to compare.
   if [ "$ngpu" -ge 2 ] && [ -n "${ME_BENCH_DP_EXTRA:-}${ME_BENCH_DP_EXTRA_ENV:-}" ]; then
-    (export ME_BENCH_LABEL="${ME_BENCH_DP_EXTRA:-} ${ME_BENCH_DP_EXTRA_ENV:-}"
-     for kv in ${ME_BENCH_DP_EXTRA_ENV:-}; do export "$kv"; done
-     row "$m" "$ngpu" "${ME_BENCH_DP_EXTRA:-}")
+    IFS=';' read -ra extras <<< "${ME_BENCH_DP_EXTRA:-}"
+    [ ${#extras[@]} -eq 0 ] && extras=("")
+    for extra in "${extras[@]}"; do
+      (export ME_BENCH_LABEL="$extra ${ME_BENCH_DP_EXTRA_ENV:-}"
+       for kv in ${ME_BENCH_DP_EXTRA_ENV:-}; do export "$kv"; done
+       row "$m" "$ngpu" "$extra")
+    done
   fi
   [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_TP:-0}" != 1 ] && row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true"
   if [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_PP:-0}" != 1 ]; then
