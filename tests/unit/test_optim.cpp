@@ -64,8 +64,10 @@ struct Flat {
   std::vector<me::optim::MasterParam> params;
   torch::Tensor grads;
   me::optim::FlatLayout layout;
-  Flat(std::vector<me::optim::MasterParam> p, std::vector<float> g) : params(std::move(p)) {
-    grads = torch::tensor(g);
+  // grad_dtype: the gradient buffer's (bf16 under parallel.grad_reduce_dtype = "bf16")
+  Flat(std::vector<me::optim::MasterParam> p, std::vector<float> g, torch::ScalarType grad_dtype = torch::kFloat)
+      : params(std::move(p)) {
+    grads = torch::tensor(g).to(grad_dtype);
     std::vector<int64_t> numels;
     for (auto& mp : params) numels.push_back(mp.param.numel());
     layout = me::optim::FlatLayout::packed(numels);
@@ -74,6 +76,17 @@ struct Flat {
     return me::optim::MasterOptimizer(params, grads, layout, cfg, nullptr, nullptr);
   }
 };
+
+// SGD at lr 1 without momentum or decay, clipped to a global norm of 1: the update is exactly
+// minus the clipped gradient.
+me::optim::OptimizerConfig sgd_clipped_to_1() {
+  me::optim::OptimizerConfig sgd;
+  sgd.kind = "sgd";
+  sgd.momentum = 0;
+  sgd.adam.weight_decay = 0;
+  sgd.clip = 1.0;
+  return sgd;
+}
 }  // namespace
 
 TEST_CASE("the trainer's optimizer: AdamW two steps against hand-computed values", "[optim]") {
@@ -93,8 +106,7 @@ TEST_CASE("the trainer's optimizer: bf16 gradients (parallel.grad_reduce_dtype) 
   // AdamW: the hand-computed trajectory again, from a bf16 gradient buffer.
   auto w = torch::tensor({1.0f, -2.0f}).reshape({2, 1});
   auto b = torch::tensor({1.0f});
-  Flat f({{w, true, true}, {b, false, true}}, {0.5f, -0.1f, 0.5f});
-  f.grads = f.grads.to(torch::kBFloat16);
+  Flat f({{w, true, true}, {b, false, true}}, {0.5f, -0.1f, 0.5f}, torch::kBFloat16);
   me::optim::OptimizerConfig cfg;
   cfg.adam = {0.9, 0.999, 1e-8, 0.1};
   cfg.clip = 0;
@@ -104,29 +116,18 @@ TEST_CASE("the trainer's optimizer: bf16 gradients (parallel.grad_reduce_dtype) 
   // the update minus the clipped gradient.
   auto a = torch::zeros({2});
   auto c = torch::zeros({1});
-  me::optim::OptimizerConfig sgd;
-  sgd.kind = "sgd";
-  sgd.momentum = 0;
-  sgd.adam.weight_decay = 0;
-  sgd.clip = 1.0;
-  Flat g({{a, false, true}, {c, false, true}}, {3.0f, 0.0f, 4.0f});
-  g.grads = g.grads.to(torch::kBFloat16);
-  auto sgd_opt = g.make(sgd);
+  Flat g({{a, false, true}, {c, false, true}}, {3.0f, 0.0f, 4.0f}, torch::kBFloat16);
+  auto sgd_opt = g.make(sgd_clipped_to_1());
   CHECK(sgd_opt.step(1.0) == 5.0);
   CHECK(a[0].item<double>() == Approx(-0.6).epsilon(1e-2));  // the clipped gradient, rounded to bf16
   CHECK(c[0].item<double>() == Approx(-0.8).epsilon(1e-2));
 }
 
 TEST_CASE("the trainer's optimizer: global-norm clipping, replicated parameters counted once", "[optim]") {
-  // grads (3, 0) and (4): norm 5, clipped to 1 -> scaled by 1/5 (SGD, lr 1, no momentum, so the
-  // update is exactly minus the clipped gradient).
+  // grads (3, 0) and (4): norm 5, clipped to 1 -> scaled by 1/5.
   auto a = torch::zeros({2});
   auto c = torch::zeros({1});
-  me::optim::OptimizerConfig sgd;
-  sgd.kind = "sgd";
-  sgd.momentum = 0;
-  sgd.adam.weight_decay = 0;
-  sgd.clip = 1.0;
+  const auto sgd = sgd_clipped_to_1();
   {
     Flat f({{a, false, true}, {c, false, true}}, {3.0f, 0.0f, 4.0f});
     auto opt = f.make(sgd);
