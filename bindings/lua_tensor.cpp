@@ -385,7 +385,7 @@ int t_copy(lua_State* L) {  // t:copy_(src) -> t, src's values written in (conve
   const auto& src = check_tensor(L, 2);
   ME_CHECK(src.numel() == t.numel(), "copy_: the source has ", src.numel(), " elements, the tensor ", t.numel());
   torch::NoGradGuard no_grad;
-  t.view(src.sizes()).copy_(src);
+  (t.sizes() == src.sizes() ? t : t.view(src.sizes())).copy_(src);  // other shapes: t must be viewable as src
   lua_settop(L, 1);
   return 1;
 }
