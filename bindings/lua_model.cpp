@@ -77,7 +77,7 @@ int build_model(lua_State* L) {
   } else if (!lua_isnone(L, 2)) {
     arg_error(L, 2, "seed (integer) or build options table");
   }
-  m.module = model::Transformer(cfg, tp);
+  m.module = model::Transformer(cfg, tp, model::PipelineStage{}, /*initialize=*/false);
   m.module->reset_parameters(seed);
   push_model(L, std::move(m));
   return 1;

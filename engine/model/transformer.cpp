@@ -1,5 +1,7 @@
 #include "engine/model/transformer.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <sstream>
 
@@ -69,6 +71,20 @@ uint64_t mix(uint64_t seed, const std::string& name) {  // FNV-1a of the name, t
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
   return h ^ (seed * 0x9e3779b97f4a7c15ULL);
+}
+
+// Fills a contiguous fp32 CPU tensor with N(0, std) values drawn in chunks of 2^20 elements, each
+// from its own generator seeded by (seed, chunk): the chunks fill in parallel (LibTorch's CPU
+// sampling is serial), and the values depend on the seed and the size alone, not on the thread count.
+void seeded_normal_(torch::Tensor& out, double std, uint64_t seed) {
+  auto flat = out.view({-1});
+  const int64_t n = flat.numel(), chunk = int64_t{1} << 20, chunks = (n + chunk - 1) / chunk;
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      auto gen = at::detail::createCPUGenerator(seed ^ (static_cast<uint64_t>(c) * 0xbf58476d1ce4e5b9ULL));
+      flat.narrow(0, c * chunk, std::min(chunk, n - c * chunk)).normal_(0.0, std, gen);
+    }
+  });
 }
 
 bool ends_with(const std::string& s, const std::string& tail) {
@@ -200,7 +216,7 @@ std::pair<int64_t, int64_t> PipelineStage::layer_range(int64_t layers) const {
   return {start, sizes[static_cast<size_t>(index)]};
 }
 
-TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp, PipelineStage stage)
+TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp, PipelineStage stage, bool initialize)
     : cfg_(cfg), tp_(tp), stage_(stage) {
   cfg_.validate("model", tp.size(), tp.sequence_parallel);
   ME_CHECK(stage_.count >= 1 && stage_.index >= 0 && stage_.index < stage_.count, "pipeline stage ", stage_.index,
@@ -240,7 +256,7 @@ TransformerImpl::TransformerImpl(const TransformerConfig& cfg, TensorParallel tp
     const bool norm = p.key().find("norm") != std::string::npos;
     shards_[p.key()] = {p.value().sizes().vec(), -1, norm && tp.sequence_parallel && tp.active()};
   }
-  reset_parameters(0);
+  if (initialize) reset_parameters(0);
 }
 
 void TransformerImpl::reset_parameters(uint64_t seed) {
@@ -255,9 +271,16 @@ void TransformerImpl::reset_parameters(uint64_t seed) {
     } else if (name.find("norm") != std::string::npos) {
       full = torch::ones(info.full_shape);
     } else {
-      auto gen = at::detail::createCPUGenerator(mix(seed, model_name(name)));
       const bool residual_out = ends_with(name, "proj.weight") || ends_with(name, "fc2.weight") || ends_with(name, "down.weight");
-      full = torch::empty(info.full_shape).normal_(0.0, residual_out ? out_std : cfg_.init_std, gen);
+      const double std = residual_out ? out_std : cfg_.init_std;
+      auto& value = p.value();
+      if ((info.dim < 0 || tp_.size() == 1) && value.device().is_cpu() && value.scalar_type() == torch::kFloat &&
+          value.is_contiguous()) {
+        seeded_normal_(value, std, mix(seed, model_name(name)));  // whole and fp32 here: drawn in place
+        continue;
+      }
+      full = torch::empty(info.full_shape);
+      seeded_normal_(full, std, mix(seed, model_name(name)));
     }
     auto local = info.dim < 0 ? full : parallel::slice_dim(full, info.dim, tp_.rank(), tp_.size());
     p.value().copy_(local);

@@ -96,7 +96,10 @@ struct PipelineStage {
 
 class TransformerImpl : public torch::nn::Module {
  public:
-  explicit TransformerImpl(const TransformerConfig& cfg, TensorParallel tp = {}, PipelineStage stage = {});
+  // initialize = false: the weights are allocated but hold no values until reset_parameters
+  // (for callers that draw them with their own seed: one draw instead of two).
+  explicit TransformerImpl(const TransformerConfig& cfg, TensorParallel tp = {}, PipelineStage stage = {},
+                           bool initialize = true);
 
   // The whole model (not a pipeline stage):
   // tokens [batch, seq] -> this rank's vocabulary slice of the logits [batch, seq, vocab / tp]
@@ -122,8 +125,9 @@ class TransformerImpl : public torch::nn::Module {
   const TensorParallel& tensor_parallel() const { return tp_; }
   int64_t local_parameter_count() const;
 
-  // Every weight drawn at full size from a generator seeded by (seed, parameter name), then
-  // sliced: the same seed gives the same model whatever the layout or device.
+  // Every weight drawn at full size on the CPU from generators seeded by (seed, parameter name)
+  // (in parallel chunks), then sliced: the same seed gives the same model whatever the layout
+  // or device.
   void reset_parameters(uint64_t seed);
   // How each local parameter relates to the full one (by parameter name).
   const std::map<std::string, parallel::ShardInfo>& shards() const { return shards_; }

@@ -113,7 +113,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   tp.comm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
   model::PipelineStage stage;
   if (groups_) stage = {groups_->pp->rank(), groups_->pp->size(), par.pp_first_layers, par.pp_last_layers};
-  model_ = model::Transformer(spec_.model, tp, stage);
+  model_ = model::Transformer(spec_.model, tp, stage, /*initialize=*/false);
   model_->reset_parameters(spec_.seed);
   model_->to(device_, spec_.precision == "bf16" ? torch::kBFloat16 : spec_.precision == "fp16" ? torch::kHalf : torch::kFloat);
   params_ = model_->parameters();

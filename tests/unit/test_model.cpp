@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <set>
 
@@ -147,6 +149,33 @@ TEST_CASE("init depends on the seed alone; norms start at one, biases at zero", 
       CHECK(p.value().eq(1).all().item<bool>());
     if (p.key().find("bias") != std::string::npos) CHECK(p.value().eq(0).all().item<bool>());
   }
+}
+
+TEST_CASE("init draws large weights in parallel chunks: the same values whatever the thread count", "[model]") {
+  auto cfg = tiny_gpt();
+  cfg.vocab = 50257;  // the embedding: 50257 x 32 = 1.6M values, two chunks of 2^20
+  cfg.vocab_divisible_by = 1;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  Transformer serial(cfg, me::parallel::TensorParallel{}, me::model::PipelineStage{}, /*initialize=*/false);
+  serial->reset_parameters(11);
+  at::set_num_threads(2);
+  Transformer parallel(cfg, me::parallel::TensorParallel{}, me::model::PipelineStage{}, /*initialize=*/false),
+      initialized(cfg);
+  parallel->reset_parameters(11);
+  initialized->reset_parameters(11);  // initialized once with seed 0 first: the same result
+  at::set_num_threads(threads);
+  auto ps = serial->parameters(), pp = parallel->parameters(), pi = initialized->parameters();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    CHECK(torch::equal(ps[i], pp[i]));
+    CHECK(torch::equal(ps[i], pi[i]));
+  }
+  // The chunks are independent draws of N(0, init_std), not copies of one another.
+  const auto emb = serial->named_parameters()["embedding.weight"].reshape({-1});
+  const int64_t chunk = int64_t{1} << 20;
+  CHECK_FALSE(torch::allclose(emb.narrow(0, 0, 1000), emb.narrow(0, chunk, 1000)));
+  CHECK(emb.std().item<double>() == Approx(cfg.init_std).epsilon(0.01));
+  CHECK(std::abs(emb.mean().item<double>()) < 1e-4);
 }
 
 TEST_CASE("config validation names the field", "[model]") {
