@@ -5,9 +5,13 @@
 -- right values before it is timed.
 --   megaengine --nproc 2 bench/comm_bandwidth.lua              (one GPU per rank, NCCL)
 --   ME_BENCH_DEVICE=cpu megaengine --nproc 4 bench/comm_bandwidth.lua   (Gloo, small sizes)
+-- ME_BENCH_COLLECTIVES=all_gather,all_gather_sym picks cases; ME_BENCH_NCCL_CTA_POLICY=zero sets
+-- the communicator's CTA policy (all_gather_sym, in place in a registered window, then runs on
+-- the copy engines).
 local me = require "megaengine"
 local device = os.getenv("ME_BENCH_DEVICE") or "cuda"
-local w = me.comm.init { device = device, timeout_s = 300 }
+local w = me.comm.init { device = device, timeout_s = 300,
+                         nccl_cta_policy = os.getenv("ME_BENCH_NCCL_CTA_POLICY") or "default" }
 local r, n = w:rank(), w:size()
 local gpu = device == "cpu" and "cpu" or ("cuda:" .. me.comm.env().local_rank % me.cuda.device_count())
 local max_bytes = tonumber(os.getenv("ME_BENCH_MAX_BYTES") or (device == "cpu" and 2 ^ 22 or 2 ^ 30))
@@ -40,6 +44,16 @@ local cases = {
       expect(g:to("cpu")[count]:item() == n - 1, "all_gather")
       return function() w:all_gather(part) end
     end },
+  { name = "all_gather_sym", factor = (n - 1) / n, run = function(count)
+      -- in place in memory the group registers (an NCCL window), as the distributed optimizer gathers
+      local each = count // n
+      local buf = w:empty_symmetric(each * n)
+      local part = buf:narrow(1, r * each + 1, each)
+      part:copy_(ones(each, r))
+      w:all_gather(part, buf)
+      expect(buf:to("cpu")[each * n]:item() == n - 1, "all_gather_sym")
+      return function() w:all_gather(part, buf) end
+    end },
   { name = "reduce_scatter", factor = (n - 1) / n, run = function(count)
       local t = ones(count, 1)
       local c = w:reduce_scatter(t, "sum")
@@ -69,7 +83,9 @@ if r == 0 then
   print(("# %-14s %12s %12s %10s %9s %9s"):format("collective", "size (B)", "count", "time (us)", "algbw", "busbw"))
   print(("# %-14s %12s %12s %10s %9s %9s"):format("", "", "(elements)", "", "(GB/s)", "(GB/s)"))
 end
+local picked = os.getenv("ME_BENCH_COLLECTIVES")
 for _, case in ipairs(cases) do
+  if picked and not ("," .. picked .. ","):find("," .. case.name .. ",", 1, true) then goto next_case end
   local bytes = 1024
   while bytes <= max_bytes do
     local count = bytes // 4
@@ -82,5 +98,6 @@ for _, case in ipairs(cases) do
     end
     bytes = bytes * 4
   end
+  ::next_case::
 end
 if r == 0 then print("# all sizes checked for correct values before timing") end
