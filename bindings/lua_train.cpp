@@ -177,6 +177,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.overlap_param_gather = field_boolean(L, t, "overlap_param_gather", "parallel", p.overlap_param_gather);
     p.symmetric_buffers = field_string(L, t, "symmetric_buffers", "parallel", p.symmetric_buffers);
     p.grad_reduce_dtype = field_string(L, t, "grad_reduce_dtype", "parallel", p.grad_reduce_dtype);
+    p.tp_symmetric_mb = field_number(L, t, "tp_symmetric_mb", "parallel", p.tp_symmetric_mb);
     lua_pop(L, 1);
   }
   if (push_field_table(L, r, "comm", "recipe")) {

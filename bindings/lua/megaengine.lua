@@ -305,7 +305,8 @@ local recipe_defaults = {
   -- Real-valued fields have real defaults (25.0, not 25): an override's type follows the default.
   parallel = { tp = 1, pp = 1, pp_first_layers = 0, pp_last_layers = 0, sequence_parallel = false, distributed_optimizer = false, bucket_mb = 25.0,
                grad_accumulation_fusion = true, tp_comm_overlap = true, tp_comm_sm_margin = 0,
-               overlap_param_gather = true, symmetric_buffers = "none", grad_reduce_dtype = "fp32" },
+               overlap_param_gather = true, symmetric_buffers = "none", grad_reduce_dtype = "fp32",
+               tp_symmetric_mb = 0.0 },
   comm = { backend = "auto", timeout_s = 600.0, heartbeat_s = 1.0, nccl_cta_policy = "default" },
   train = { iters = 100, samples = 0, log_interval = 10, eval_interval = 0, eval_iters = 10, peak_tflops = 0.0,
             profile_phases = false, profile_at = 0, profile_steps = 3, profile_trace = "" },

@@ -3,6 +3,7 @@
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/parallel/symmetric_slots.h"
 
 #include <optional>
 
@@ -95,9 +96,19 @@ torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& 
   auto& group = *tp.group;
   auto sizes = in.sizes().vec();
   sizes[1] *= group.size();
-  auto gathered = torch::empty(sizes, in.options());
-  auto join = start_collective({in, gathered}, [&] { group.all_gather(gathered, in); });
   const int64_t m = rows2d(in).size(0), first = m * group.rank(), total = m * group.size();
+  // In a registered slot (parallel.tp_symmetric_mb) the gather runs in place: this rank's rows
+  // are copied to where the gather expects them first.
+  auto gathered = tp.slots ? tp.slots->take(sizes, in.options()) : torch::Tensor();
+  std::function<void()> join;
+  if (gathered.defined()) {
+    auto mine = rows2d(gathered).narrow(0, first, m);
+    mine.copy_(rows2d(in));
+    join = start_collective({in, gathered}, [&] { group.all_gather(gathered, mine); });
+  } else {
+    gathered = torch::empty(sizes, in.options());
+    join = start_collective({in, gathered}, [&] { group.all_gather(gathered, in); });
+  }
   {
     SmMarginForCollective margin(in, tp);
     rows(rows2d(in), first);

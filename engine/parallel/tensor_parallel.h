@@ -6,6 +6,8 @@
 
 namespace me::parallel {
 
+class SymmetricSlots;  // parallel/symmetric_slots.h
+
 struct TensorParallel {
   comm::ProcessGroup* group = nullptr;  // not owned; outlives the model
   bool sequence_parallel = false;
@@ -17,6 +19,9 @@ struct TensorParallel {
   // Multiprocessors the GEMMs leave free while a collective runs beside them (0: none), so that
   // the collective's kernels need not wait for the GEMM's persistent blocks (SmMarginForCollective).
   int comm_sm_margin = 0;
+  // Registered buffers the overlapped sequence-parallel all-gathers fill in place (NCCL's
+  // symmetric kernels; parallel.tp_symmetric_mb); null: ordinary memory. Not owned.
+  SymmetricSlots* slots = nullptr;
 
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }

@@ -62,6 +62,10 @@ struct ParallelSpec {
   // reduced over data parallelism: "fp32", or "bf16" (half the bytes: Megatron's
   // --grad-reduce-in-bf16; only with precision = "bf16").
   std::string grad_reduce_dtype = "fp32";
+  // Up to this many MiB of activation buffers registered with the tensor-parallel group (NCCL
+  // windows) for the overlapped sequence-parallel all-gathers to fill in place (NCCL's symmetric
+  // kernels; the copy engines with comm.nccl_cta_policy = "zero"); 0: ordinary memory.
+  double tp_symmetric_mb = 0;
 };
 
 struct CommSpec {

@@ -56,6 +56,10 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ME_CHECK(par.grad_reduce_dtype == "fp32" || spec_.precision == "bf16",
            "parallel.grad_reduce_dtype = \"bf16\" keeps gradients in bf16, which needs bf16 training: set ",
            "precision = \"bf16\" (it is '", spec_.precision, "'), or grad_reduce_dtype = \"fp32\"");
+  ME_CHECK(par.tp_symmetric_mb >= 0, "parallel.tp_symmetric_mb must be >= 0 (0: off), got ", par.tp_symmetric_mb);
+  ME_CHECK(par.tp_symmetric_mb == 0 || (par.tp > 1 && par.sequence_parallel && par.tp_comm_overlap),
+           "parallel.tp_symmetric_mb holds the overlapped sequence-parallel all-gathers: it needs parallel.tp > 1, ",
+           "sequence_parallel = true and tp_comm_overlap = true (or set it to 0)");
   const auto& cta = spec_.comm.nccl_cta_policy;
   ME_CHECK(cta == "default" || cta == "efficiency" || cta == "zero",
            "comm.nccl_cta_policy must be default, efficiency or zero, got '", cta, "'");
@@ -111,6 +115,14 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   tp.sequence_parallel = par.sequence_parallel;
   tp.overlap_comm = par.tp_comm_overlap;
   tp.comm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
+  if (groups_ && par.tp_symmetric_mb > 0) {
+    auto* group = groups_->tp.get();
+    const auto device = device_;
+    tp_slots_ = std::make_unique<parallel::SymmetricSlots>(
+        [group, device](int64_t bytes) { return group->empty_symmetric(bytes, torch::TensorOptions(torch::kByte).device(device)); },
+        static_cast<int64_t>(par.tp_symmetric_mb * 1048576));
+    tp.slots = tp_slots_.get();
+  }
   model::PipelineStage stage;
   if (groups_) stage = {groups_->pp->rank(), groups_->pp->size(), par.pp_first_layers, par.pp_last_layers};
   model_ = model::Transformer(spec_.model, tp, stage, /*initialize=*/false);
@@ -380,6 +392,10 @@ Summary Trainer::run() {
   if (const auto mem = compat::cuda_memory(); mem.peak > 0 && is_logging_rank())
     log::info("peak GPU memory on rank 0: ", mem.peak / 1048576, " MiB allocated by tensors; ", s.tokens_per_s,
               " tokens/s over the whole run");
+  if (tp_slots_ && is_logging_rank())
+    log::info("tensor-parallel symmetric slots (parallel.tp_symmetric_mb): ", tp_slots_->registered_bytes() / 1048576.0,
+              " MiB registered, outside LibTorch's allocator; ", tp_slots_->fallbacks(),
+              " all-gathers found no free slot and used ordinary memory");
   if (spec_.sample.tokens > 0) {
     s.sample = sample(spec_.sample.prompt, spec_.sample.tokens, spec_.sample.top_k, spec_.sample.temperature);
     if (is_logging_rank()) log::info("sample (", spec_.sample.tokens, " tokens, top_k ", spec_.sample.top_k, "):\n", s.sample);

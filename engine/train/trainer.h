@@ -13,6 +13,7 @@
 #include "engine/model/transformer.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/master_optimizer.h"
+#include "engine/parallel/symmetric_slots.h"
 #include "engine/train/grad_buffer.h"
 #include "engine/train/pipeline.h"
 #include "engine/train/run_spec.h"
@@ -68,6 +69,7 @@ class Trainer {
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::ParallelGroups> groups_;
   std::unique_ptr<TrainData> data_;
+  std::unique_ptr<parallel::SymmetricSlots> tp_slots_;  // parallel.tp_symmetric_mb > 0
   model::Transformer model_{nullptr};
   std::unique_ptr<GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;

@@ -35,11 +35,14 @@ else
            pp2_dp2_distopt:dp1 tp2_pp2_sp:dp1 pp2_untied:dp1_untied pp4_4layers:dp1_4layers
            pp2_uneven_3_1:dp1_4layers pp3_uneven_1_1_2:dp1_4layers
            dp1_unfused:dp1 dp2_unfused:dp1 tp2_sp_inline:dp1 llama_pp2:llama_dp1 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1
-           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2"
+           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp2_sp_slots:dp1 tp2_pp2_sp_slots:dp1"
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
   run dp2_unfused 2 parallel.grad_accumulation_fusion=false
   run tp2_sp_inline 2 parallel.tp=2 parallel.sequence_parallel=true parallel.tp_comm_overlap=false
+  # sequence-parallel all-gathers in place in registered slots (plain tensors under Gloo)
+  run tp2_sp_slots 2 parallel.tp=2 parallel.sequence_parallel=true parallel.tp_symmetric_mb=1
+  run tp2_pp2_sp_slots 4 parallel.pp=2 parallel.tp=2 parallel.sequence_parallel=true parallel.tp_symmetric_mb=0.5
   ME_EQUIV_MODEL=llama run llama_dp1 1
   ME_EQUIV_MODEL=llama run llama_pp2 2 parallel.pp=2
   ME_EQUIV_MODEL=llama run llama_tp2_sp 2 parallel.tp=2 parallel.sequence_parallel=true

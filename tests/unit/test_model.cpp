@@ -7,6 +7,7 @@
 
 #include "engine/core/torch_compat.h"
 #include "engine/model/transformer.h"
+#include "engine/parallel/symmetric_slots.h"
 #include "engine/train/grad_buffer.h"
 
 using me::model::Transformer;
@@ -338,4 +339,35 @@ TEST_CASE("gradient-accumulation fusion on the GPU (fp32-output GEMMs)", "[model
   check_grad_accumulation_fusion(gpu, torch::kFloat, 1e-5);
   // bf16: the fused gradients skip a bf16 rounding the hooks' copies have.
   check_grad_accumulation_fusion(gpu, torch::kBFloat16, 3e-2);
+}
+
+TEST_CASE("symmetric slots: one size, given back when the tensor dies, nothing past the limit", "[model]") {
+  std::vector<int64_t> allocations;
+  auto allocate = [&](int64_t bytes) {
+    allocations.push_back(bytes);
+    return torch::zeros({bytes}, torch::kByte);
+  };
+  const int64_t window = 8 * 65536;  // eight 64 KiB slots per registration
+  me::parallel::SymmetricSlots slots(allocate, window + window / 2);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat);
+  std::vector<torch::Tensor> held;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(slots.take({4, 1000}, opts));  // 16,000 B: a 64 KiB slot
+    REQUIRE(held.back().defined());
+    CHECK(held.back().sizes() == torch::IntArrayRef({4, 1000}));
+  }
+  CHECK(allocations == std::vector<int64_t>{window});
+  // No slot free and a second registration would pass the limit: ordinary memory (nothing).
+  CHECK_FALSE(slots.take({4, 1000}, opts).defined());
+  CHECK_FALSE(slots.take({4, 100000}, opts).defined());  // larger than a slot
+  CHECK(slots.fallbacks() == 2);
+  // Slots are distinct, and a dead tensor's slot is the next one taken.
+  std::set<const void*> addresses;
+  for (const auto& t : held) addresses.insert(t.data_ptr());
+  CHECK(addresses.size() == 8);
+  const void* third = held[2].data_ptr();
+  held[2] = torch::Tensor();
+  auto again = slots.take({2, 10}, opts);  // smaller fits too
+  CHECK(again.data_ptr() == third);
+  CHECK(slots.registered_bytes() == window);
 }
