@@ -11,7 +11,7 @@
 # Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4); ME_BENCH_DP_EXTRA
 #   (recipe overrides; several rows separated by ';') and ME_BENCH_DP_EXTRA_ENV (VAR=value ...)
 #   add data-parallel rows;
-#   ME_BENCH_SKIP_TP=1 skips the tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows; ME_BENCH_PP_FIRST sets
+#   ME_BENCH_TP_EXTRA (recipe overrides) adds a second tp=2 row; ME_BENCH_SKIP_TP=1 skips the tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows; ME_BENCH_PP_FIRST sets
 #   the first stage's layers (0: an even split); ME_BENCH_REF: the reference's modes ("compile",
 #   the default; "eager compile"; "" for none).
 set -uo pipefail
@@ -69,6 +69,9 @@ for m in $models; do
     done
   fi
   [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_TP:-0}" != 1 ] && row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true"
+  # A second tp=2 row with other settings (e.g. parallel.tp_symmetric_mb=4096).
+  [ "$ngpu" -ge 2 ] && [ -n "${ME_BENCH_TP_EXTRA:-}" ] &&
+    (export ME_BENCH_LABEL="$ME_BENCH_TP_EXTRA"; row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true $ME_BENCH_TP_EXTRA")
   if [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_PP:-0}" != 1 ]; then
     micro=${ME_BENCH_MICRO:-4}
     # The first stage takes one layer more: the last one also holds the output layer and the loss
