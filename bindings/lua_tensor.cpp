@@ -42,14 +42,16 @@ std::optional<torch::ScalarType> parse_dtype(const std::string& s) {
   return std::nullopt;
 }
 
+// The dtype called `name`, or an error listing the names (after `what`, which names the argument).
+torch::ScalarType named_dtype(const std::string& name, const char* what) {
+  if (const auto t = parse_dtype(name)) return *t;
+  fail(what, "unknown dtype '", name, "' (float32, float64, bfloat16, float16, int64, int32, uint8, bool...)");
+}
+
 }  // namespace
 
 torch::ScalarType check_dtype(lua_State* L, int arg, torch::ScalarType fallback) {
-  if (lua_isnoneornil(L, arg)) return fallback;
-  const std::string name = check_string(L, arg);
-  const auto t = parse_dtype(name);
-  if (!t) fail("unknown dtype '", name, "' (float32, float64, bfloat16, float16, int64, int32, uint8, bool...)");
-  return *t;
+  return lua_isnoneornil(L, arg) ? fallback : named_dtype(check_string(L, arg), "");
 }
 
 namespace {
@@ -97,11 +99,7 @@ torch::TensorOptions read_options(lua_State* L, int arg, torch::ScalarType defau
   auto opts = torch::TensorOptions().dtype(default_dtype);
   if (arg == 0) return opts;
   const std::string dt = field_string(L, arg, "dtype", "options", std::string());
-  if (!dt.empty()) {
-    auto t = parse_dtype(dt);
-    if (!t) fail("options.dtype: unknown dtype '", dt, "' (float32, float64, bfloat16, float16, int64, int32, uint8, bool...)");
-    opts = opts.dtype(*t);
-  }
+  if (!dt.empty()) opts = opts.dtype(named_dtype(dt, "options.dtype: "));
   const std::string dev = field_string(L, arg, "device", "options", std::string("cpu"));
   return opts.device(parse_device(dev));
 }

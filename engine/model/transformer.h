@@ -75,9 +75,10 @@ class BlockImpl : public torch::nn::Module {
 TORCH_MODULE(Block);
 
 // Which pipeline stage a model is: stage `index` of `count` holds consecutive layers (an even
-// share, or first_layers / last_layers on the end stages); the first stage also holds the embeddings, the last the final norm and the output
-// layer (and, with tied embeddings, its own copy of the word embedding, kept equal to the
-// first stage's by summing their gradients, as Megatron does).
+// share, or first_layers / last_layers on the end stages); the first stage also holds the
+// embeddings, the last the final norm and the output layer (and, with tied embeddings, its own
+// copy of the word embedding, kept equal to the first stage's by summing their gradients, as
+// Megatron does).
 struct PipelineStage {
   int index = 0, count = 1;
   // Layers of the first and of the last stage; 0: the same share as the stages in between get.

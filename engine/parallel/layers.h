@@ -25,7 +25,7 @@ struct ShardInfo {
 // input adds a broadcast bias in a separate, strided elementwise kernel (4 per GPT layer).
 torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 
-// linear_bias whose backward writes the weight and bias gradients into `sink`'s fp32 main grads
+// linear_bias whose backward writes the weight and bias gradients into `sink`'s main grads
 // (gradient-accumulation fusion) instead of returning them to autograd; w must then feed no
 // other operation (its gradient is marked complete as soon as this one is written). With
 // input_tp, x is a column-parallel layer's input: all-gathered over the tokens first under

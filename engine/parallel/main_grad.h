@@ -1,5 +1,6 @@
 // Gradient-accumulation fusion (Megatron's gradient_accumulation_fusion): a linear layer's
-// weight-gradient GEMM writes, or adds, its result in fp32 straight into the main-grad buffer.
+// weight-gradient GEMM writes, or adds, its result straight into the main-grad buffer, in the
+// buffer's dtype (fp32, or bf16 under parallel.grad_reduce_dtype).
 // Without it the GEMM produces a bf16 gradient that a hook widens and copies into the buffer:
 // one more pass over every weight per micro-batch, and a bf16 rounding the fp32 output avoids.
 #pragma once

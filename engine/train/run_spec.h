@@ -42,7 +42,7 @@ struct ParallelSpec {
   int64_t pp_first_layers = 0, pp_last_layers = 0;
   bool distributed_optimizer = false;  // ZeRO-1: masters and optimizer state sharded over dp
   double bucket_mb = 25.0;             // gradient buckets reduced while backward goes on
-  // Linear layers' weight-gradient GEMMs write fp32 straight into the main-grad buffer
+  // Linear layers' weight-gradient GEMMs write straight into the main-grad buffer, in its dtype
   // (parallel/main_grad.h); false: bf16 gradients copied in by hooks (for A/B comparisons).
   bool grad_accumulation_fusion = true;
   // Tensor-parallel collectives overlapped with the GEMMs beside them (a side stream on the GPU;
@@ -56,7 +56,7 @@ struct ParallelSpec {
   bool overlap_param_gather = true;
   // Data-parallel buffers the DP group registers for direct access by every rank
   // (comm::ProcessGroup::empty_symmetric): "none", "params" (the distributed optimizer's flat
-  // parameter buffer, which its all-gathers fill) or "all" (also the fp32 gradient buffer).
+  // parameter buffer, which its all-gathers fill) or "all" (also the gradient buffer).
   std::string symmetric_buffers = "none";
   // The main-grad buffer's dtype, in which gradients accumulate over micro-batches and are
   // reduced over data parallelism: "fp32", or "bf16" (half the bytes: Megatron's
