@@ -13,7 +13,11 @@
 #   add data-parallel rows;
 #   ME_BENCH_TP_EXTRA (recipe overrides) adds a second tp=2 row; ME_BENCH_SKIP_TP=1 skips the tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows; ME_BENCH_PP_FIRST sets
 #   the first stage's layers (0: an even split); ME_BENCH_REF: the reference's modes ("compile",
-#   the default; "eager compile"; "" for none).
+#   the default; "eager compile"; "" for none); ME_BENCH_REF_NPROC: its GPU counts ("1 N", the
+#   default, N being every GPU; "1" for one GPU only); ME_BENCH_SKIP_DISTOPT=1 skips the plain
+#   distributed-optimizer row; ME_BENCH_DEADLINE_S: seconds after the start past which the
+#   remaining rows are skipped (so a device call's time limit still leaves a table).
+# Each row prints its wall time (process start-up, model initialisation and warm-up included).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1 out=$2
@@ -22,11 +26,18 @@ models=${*:-gpt1.3b llama1b}
 ngpu=$(nvidia-smi -L | wc -l)
 rows=$out/rows.jsonl
 mkdir -p "$out"
+started=$SECONDS
+late() {  # true (and says so) once ME_BENCH_DEADLINE_S seconds have passed
+  [ -n "${ME_BENCH_DEADLINE_S:-}" ] && [ $((SECONDS - started)) -ge "$ME_BENCH_DEADLINE_S" ] &&
+    { echo "skipped ($*): past ME_BENCH_DEADLINE_S=$ME_BENCH_DEADLINE_S"; return 0; }
+  return 1
+}
 export NCCL_NVLS_ENABLE=0 ME_BENCH_STEPS=${ME_BENCH_STEPS:-20} ME_BENCH_WARMUP=${ME_BENCH_WARMUP:-5}
 python3 "$repo/bench/reference/matmul_peak.py" --json "$rows" | tail -1
 peak=$(python3 "$repo/bench/speed/table.py" --peak "$rows")
 row() {  # model nproc overrides
-  local m=$1 n=$2 o=$3 log=$out/$1.$2.${3//[^a-z0-9]/_}${ME_BENCH_LABEL:+x}.log
+  local m=$1 n=$2 o=$3 log=$out/$1.$2.${3//[^a-z0-9]/_}${ME_BENCH_LABEL:+x}.log t0=$SECONDS
+  late "$m on $n GPUs $o" && return 0
   if [ "$n" -eq 1 ]; then
     CUDA_VISIBLE_DEVICES=0 ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
       timeout 400 "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
@@ -34,28 +45,31 @@ row() {  # model nproc overrides
     ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$rows ME_BENCH_OVERRIDES="$o" \
       timeout 400 "$build/megaengine" --nproc "$n" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
   fi || { echo "$m on $n GPUs ($o) failed:"; tail -4 "$log"; }
-  grep -a "iteration .*/" "$log" | tail -1 | cut -c1-150
+  echo "[$((SECONDS - t0)) s] $(grep -a "iteration .*/" "$log" | tail -1 | cut -c1-150)"
 }
 reference() {  # model nproc mode
   local m=$1 n=$2 mode=$3 log=$out/$1.$2.ref_$3.log
   local args=(--model "$m" --mode "$mode" --micro "${ME_BENCH_MICRO:-4}" --steps "$ME_BENCH_STEPS"
-              --warmup "$ME_BENCH_WARMUP" --peak-tflops "$peak" --json "$rows")
+              --warmup "$ME_BENCH_WARMUP" --peak-tflops "$peak" --json "$rows") t0=$SECONDS
+  late "reference $m $mode on $n GPUs" && return 0
   if [ "$n" -eq 1 ]; then
     CUDA_VISIBLE_DEVICES=0 timeout 400 python3 "$repo/bench/reference/train_ref.py" "${args[@]}" > "$log" 2>&1
   else
     timeout 400 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
       "$repo/bench/reference/train_ref.py" "${args[@]}" > "$log" 2>&1
   fi || { echo "reference $m $mode on $n GPUs failed:"; tail -4 "$log"; }
-  grep -a "tokens/s" "$log" | tail -1 | cut -c1-150
+  echo "[$((SECONDS - t0)) s] $(grep -a "tokens/s" "$log" | tail -1 | cut -c1-150)"
 }
+ref_nproc=${ME_BENCH_REF_NPROC:-1$([ "$ngpu" -ge 2 ] && echo " $ngpu")}
 for m in $models; do
   echo "== $m"
   row "$m" 1 ""
   [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" ""
-  [ "$ngpu" -ge 2 ] && row "$m" "$ngpu" "parallel.distributed_optimizer=true"
+  [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_DISTOPT:-0}" != 1 ] && row "$m" "$ngpu" "parallel.distributed_optimizer=true"
   for mode in ${ME_BENCH_REF-compile}; do
-    reference "$m" 1 "$mode"
-    [ "$ngpu" -ge 2 ] && reference "$m" "$ngpu" "$mode"
+    for n in $ref_nproc; do
+      [ "$n" -le "$ngpu" ] && reference "$m" "$n" "$mode"
+    done
   done
   # Extra data-parallel rows: recipe overrides (rows separated by ';') and environment (e.g. NCCL
   # settings, for every extra row) to compare.

@@ -100,17 +100,11 @@ double MasterOptimizer::global_norm() {
 
 void MasterOptimizer::update(double lr, double clip) {
   ++steps_;
-  auto clip_grads = [&] {
-    if (clip == 1.0) return;
-    std::vector<torch::Tensor> grads;
-    for (auto& s : segments_) grads.push_back(s.grad);
-    at::_foreach_mul_(grads, clip);
-  };
   if (cfg_.kind == "sgd") {  // SGD with momentum; weight decay added to the gradient
-    clip_grads();
     for (auto& s : segments_) {
       const double wd = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
-      auto g = wd != 0.0 ? s.grad + wd * s.master : s.grad;
+      auto g = s.grad.to(torch::kFloat) * clip;
+      if (wd != 0.0) g.add_(s.master, wd);
       s.m.mul_(cfg_.momentum).add_(g);
       s.master.add_(s.m, -lr);
     }
@@ -128,7 +122,6 @@ void MasterOptimizer::update(double lr, double clip) {
   }
   step_count_.fill_(static_cast<double>(steps_));
   grad_divisor_.fill_(1.0 / clip);
-  bool clipped = false;
   for (const bool decay : {true, false}) {
     std::vector<torch::Tensor> p, g, m, v;
     for (auto& s : segments_) {
@@ -138,13 +131,14 @@ void MasterOptimizer::update(double lr, double clip) {
       m.push_back(s.m);
       v.push_back(s.v);
     }
+    if (p.empty()) continue;  // a distributed-optimizer shard may hold no tensor of this class
     const double wd = decay ? cfg_.adam.weight_decay : 0.0;
-    if (compat::fused_adamw(p, as_fp32(g), m, v, step_count_, lr, cfg_.adam.beta1, cfg_.adam.beta2, wd,
-                            cfg_.adam.eps, grad_divisor_))
+    auto g32 = as_fp32(g);  // widened once; the fallback clips these fp32 tensors in place
+    if (compat::fused_adamw(p, g32, m, v, step_count_, lr, cfg_.adam.beta1, cfg_.adam.beta2, wd, cfg_.adam.eps,
+                            grad_divisor_))
       continue;
-    if (!clipped) clip_grads();  // in place: g's tensors are the segments' own
-    clipped = true;
-    adamw_update(p, as_fp32(g), m, v, lr, wd, cfg_.adam, steps_);
+    if (clip != 1.0) at::_foreach_mul_(g32, clip);
+    adamw_update(p, g32, m, v, lr, wd, cfg_.adam, steps_);
   }
 }
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The multi-GPU table of bench/RESULTS.md (issue #7: 4 x H200) in one device call: build, then
+# bench/speed/multi_gpu.sh for GPT 1.3B and LLaMA 1B with the rows the acceptance asks for, each
+# model: one GPU, data-parallel over every GPU (plain; the distributed optimizer with its buffers
+# in NCCL windows, with fp32 and with bf16 gradient reduction), torch.compile on one GPU,
+# tp=2 + SP (all-gathers into registered slots), pp=2 and, with 4 GPUs, pp=2 x dp=2.
+#   source .debs/device-env.sh && bash bench/speed/multi_gpu_table.sh OUT_DIR
+# Environment: ME_BENCH_BUILD (/tmp/b), ME_BENCH_MODELS ("gpt1.3b llama1b"), ME_BENCH_STEPS (8),
+# ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (440: rows past it are skipped, so a 600 s call still
+# ends with its table).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+out=$1 build=${ME_BENCH_BUILD:-/tmp/b}
+mkdir -p "$out"
+t0=$SECONDS
+cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/cmake.log" 2>&1 &&
+  cmake --build "$build" --target megaengine > "$out/build.log" 2>&1 ||
+  { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+echo "built in $((SECONDS - t0)) s"
+distopt="parallel.distributed_optimizer=true parallel.symmetric_buffers=all comm.nccl_cta_policy=zero"
+ME_BENCH_STEPS=${ME_BENCH_STEPS:-8} ME_BENCH_WARMUP=${ME_BENCH_WARMUP:-4} \
+  ME_BENCH_DEADLINE_S=${ME_BENCH_DEADLINE_S:-440} ME_BENCH_SKIP_DISTOPT=1 ME_BENCH_REF_NPROC=1 \
+  ME_BENCH_DP_EXTRA="$distopt; $distopt parallel.grad_reduce_dtype=bf16" \
+  ME_BENCH_SKIP_TP=1 ME_BENCH_TP_EXTRA="parallel.tp_symmetric_mb=4096" \
+  bash "$repo/bench/speed/multi_gpu.sh" "$build" "$out/multi" ${ME_BENCH_MODELS:-gpt1.3b llama1b}
+echo "whole call: $((SECONDS - t0)) s"
