@@ -5,9 +5,9 @@
 -- right values before it is timed.
 --   megaengine --nproc 2 bench/comm_bandwidth.lua              (one GPU per rank, NCCL)
 --   ME_BENCH_DEVICE=cpu megaengine --nproc 4 bench/comm_bandwidth.lua   (Gloo, small sizes)
--- ME_BENCH_COLLECTIVES=all_gather,all_gather_sym picks cases; ME_BENCH_NCCL_CTA_POLICY=zero sets
--- the communicator's CTA policy (all_gather_sym, in place in a registered window, then runs on
--- the copy engines).
+-- ME_BENCH_COLLECTIVES=all_gather,all_gather_sym picks cases (the _sym ones run in place in a
+-- registered window); ME_BENCH_NCCL_CTA_POLICY=zero sets the communicator's CTA policy
+-- (all_gather_sym then runs on the copy engines).
 local me = require "megaengine"
 local device = os.getenv("ME_BENCH_DEVICE") or "cuda"
 local w = me.comm.init { device = device, timeout_s = 300,
@@ -59,6 +59,17 @@ local cases = {
       local c = w:reduce_scatter(t, "sum")
       expect(c:to("cpu")[1]:item() == n, "reduce_scatter")
       return function() w:reduce_scatter(t, "sum") end
+    end },
+  { name = "reduce_scatter_sym", factor = (n - 1) / n, run = function(count)
+      -- in place in a registered window, as the column layers' input gradients are reduce-scattered
+      -- with parallel.tp_symmetric_mb (the sums grow with each timed call: harmless)
+      local each = count // n
+      local buf = w:empty_symmetric(each * n)
+      buf:copy_(ones(each * n, 1))
+      local mine = buf:narrow(1, r * each + 1, each)
+      w:reduce_scatter(buf, "sum", mine)
+      expect(mine:to("cpu")[each]:item() == n, "reduce_scatter_sym")
+      return function() w:reduce_scatter(buf, "sum", mine) end
     end },
   { name = "broadcast", factor = 1, run = function(count)
       local t = ones(count, r == 0 and 3 or 0)
