@@ -3,6 +3,7 @@
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/parallel/mappings.h"
 #include "engine/parallel/symmetric_slots.h"
 
 #include <optional>
@@ -94,8 +95,7 @@ torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& 
   ME_CHECK(local.dim() >= 2, "all_gather_rows: expected [batch, seq / tp, ...], got shape ", local.sizes());
   auto in = local.contiguous();
   auto& group = *tp.group;
-  auto sizes = in.sizes().vec();
-  sizes[1] *= group.size();
+  const auto sizes = gathered_tokens_shape(in, group.size());
   const int64_t m = rows2d(in).size(0), first = m * group.rank(), total = m * group.size();
   // In a registered slot (parallel.tp_symmetric_mb) the gather runs in place: this rank's rows
   // are copied to where the gather expects them first.

@@ -135,8 +135,7 @@ LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, co
                              const TensorParallel* tp, const TensorParallel* out_tp, bool gelu) {
   LinearForward f;
   if (tp && tp->sequence_parallel && tp->overlap_comm) {
-    auto sizes = in.sizes().vec();
-    sizes[1] *= tp->size();
+    auto sizes = gathered_tokens_shape(in, tp->size());
     sizes.back() = w.size(0);
     f.y.pre = torch::empty(sizes, in.options());
     if (gelu) f.y.out = torch::empty(sizes, in.options());

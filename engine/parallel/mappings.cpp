@@ -87,11 +87,15 @@ void check_tokens_split(const torch::Tensor& x, int64_t parts, const char* what)
 torch::Tensor all_gather_tokens(const torch::Tensor& x, comm::ProcessGroup& g) {
   ME_CHECK(x.dim() >= 2, "sequence-parallel all-gather: expected [batch, seq / tp, ...], got shape ", x.sizes());
   auto in = x.contiguous();
-  auto sizes = in.sizes().vec();
-  sizes[1] *= g.size();
-  auto out = torch::empty(sizes, in.options());
+  auto out = torch::empty(gathered_tokens_shape(in, g.size()), in.options());
   g.all_gather(out, in);
   return out;
+}
+
+std::vector<int64_t> gathered_tokens_shape(const torch::Tensor& x, int64_t parts) {
+  auto sizes = x.sizes().vec();
+  sizes[1] *= parts;
+  return sizes;
 }
 
 torch::Tensor reduce_scatter_tokens(const torch::Tensor& x, comm::ProcessGroup& g) {

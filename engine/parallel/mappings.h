@@ -39,6 +39,8 @@ torch::Tensor gather_seq_plain(const torch::Tensor& x, const TensorParallel& tp)
 // Collective building blocks without autograd. The sequence-parallel ones on [batch, seq, ...]
 // tensors: [b, s / tp, ...] chunks to [b, s, ...] and back.
 torch::Tensor all_gather_tokens(const torch::Tensor& x, comm::ProcessGroup& g);
+// x's shape with its tokens (dimension 1) from `parts` ranks: [b, s * parts, ...].
+std::vector<int64_t> gathered_tokens_shape(const torch::Tensor& x, int64_t parts);
 torch::Tensor reduce_scatter_tokens(const torch::Tensor& x, comm::ProcessGroup& g);
 torch::Tensor slice_tokens(const torch::Tensor& x, int rank, int size);
 // Throws, naming `what`, unless x is [batch, seq, ...] with seq divisible into `parts`.
