@@ -48,7 +48,13 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, bool server,
 
 }  // namespace
 
+void check_nccl_cta_policy(const std::string& policy) {
+  ME_CHECK(policy == "default" || policy == "efficiency" || policy == "zero",
+           "comm.nccl_cta_policy must be default, efficiency or zero, got '", policy, "'");
+}
+
 Communicator::Communicator(LaunchEnv env, CommOptions options) : env_(std::move(env)), options_(std::move(options)) {
+  check_nccl_cta_policy(options_.nccl_cta_policy);
   const bool cuda = options_.device.rfind("cuda", 0) == 0;
   backend_ = options_.backend == "auto" ? (cuda ? "nccl" : "gloo") : options_.backend;
   ME_CHECK(backend_ == "gloo" || backend_ == "nccl", "unknown communication backend '", backend_,

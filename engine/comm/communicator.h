@@ -36,6 +36,10 @@ struct CommOptions {
   std::string nccl_cta_policy = "default";
 };
 
+// Throws, naming comm.nccl_cta_policy, unless `policy` is default, efficiency or zero: checked
+// on every backend, so a typo fails on the CPU too (NCCL then checks what its version supports).
+void check_nccl_cta_policy(const std::string& policy);
+
 class Communicator {
  public:
   Communicator(LaunchEnv env, CommOptions options);

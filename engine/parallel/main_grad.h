@@ -12,9 +12,9 @@ namespace me::parallel {
 class MainGradSink {
  public:
   virtual ~MainGradSink() = default;
-  // The main grad of `param` (fp32, or bf16 under parallel.grad_reduce_dtype), shaped like it, and whether it already holds a gradient of
-  // this step (add to it) or not (overwrite it). Undefined when `param` is not in the buffer:
-  // the caller hands its gradient to autograd as usual.
+  // The main grad of `param` (fp32, or bf16 under parallel.grad_reduce_dtype), shaped like it,
+  // and whether it already holds a gradient of this step (add to it) or not (overwrite it).
+  // Undefined when `param` is not in the buffer: the caller hands its gradient to autograd as usual.
   virtual torch::Tensor main_grad(const torch::Tensor& param, bool* accumulate) = 0;
   // The gradient of `param` for this micro-batch is in place (its bucket may start reducing).
   virtual void mark_written(const torch::Tensor& param) = 0;

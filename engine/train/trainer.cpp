@@ -60,9 +60,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ME_CHECK(par.tp_symmetric_mb == 0 || (par.tp > 1 && par.sequence_parallel && par.tp_comm_overlap),
            "parallel.tp_symmetric_mb holds the overlapped sequence-parallel all-gathers: it needs parallel.tp > 1, ",
            "sequence_parallel = true and tp_comm_overlap = true (or set it to 0)");
-  const auto& cta = spec_.comm.nccl_cta_policy;
-  ME_CHECK(cta == "default" || cta == "efficiency" || cta == "zero",
-           "comm.nccl_cta_policy must be default, efficiency or zero, got '", cta, "'");
+  comm::check_nccl_cta_policy(spec_.comm.nccl_cta_policy);  // also without a communicator (one process)
   ME_CHECK(par.tp_comm_sm_margin >= 0 && par.tp_comm_sm_margin < 1024,
            "parallel.tp_comm_sm_margin is a number of multiprocessors (0 or more, below the GPU's), got ",
            par.tp_comm_sm_margin);
