@@ -167,6 +167,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.pp = field_integer(L, t, "pp", "parallel", p.pp);
     p.pp_first_layers = field_integer(L, t, "pp_first_layers", "parallel", p.pp_first_layers);
     p.pp_last_layers = field_integer(L, t, "pp_last_layers", "parallel", p.pp_last_layers);
+    p.pp_deferred_wgrads = field_integer(L, t, "pp_deferred_wgrads", "parallel", p.pp_deferred_wgrads);
     p.sequence_parallel = field_boolean(L, t, "sequence_parallel", "parallel", p.sequence_parallel);
     p.distributed_optimizer = field_boolean(L, t, "distributed_optimizer", "parallel", p.distributed_optimizer);
     p.bucket_mb = field_number(L, t, "bucket_mb", "parallel", p.bucket_mb);

@@ -8,7 +8,7 @@
 
 namespace me {
 
-void SideStream::run(const torch::Device& device, const std::function<void()>& work) {
+void SideStream::run(const torch::Device& device, const std::function<void()>& work, const std::vector<torch::Tensor>& uses) {
 #if ME_TORCH_HAS_CUDA
   if (device.is_cuda()) {
     if (!stream_)
@@ -19,9 +19,12 @@ void SideStream::run(const torch::Device& device, const std::function<void()>& w
     ready.block(*stream_);
     c10::cuda::CUDAStreamGuard guard(*stream_);
     work();
+    for (const auto& t : uses)
+      if (t.defined()) t.record_stream(*stream_);
     return;
   }
 #endif
+  (void)uses;
   work();
 }
 

@@ -21,6 +21,37 @@ int64_t divide(int64_t n, int64_t parts, const char* what) {
 }
 }  // namespace
 
+void WeightGradQueue::begin_micro_batch() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  batches_.emplace_back();
+}
+
+void WeightGradQueue::push(std::function<void()> gemms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ME_CHECK(!batches_.empty(), "weight-gradient queue: a GEMM queued outside a micro-batch's backward");
+  batches_.back().push_back(std::move(gemms));
+}
+
+size_t WeightGradQueue::micro_batches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return batches_.size();
+}
+
+void WeightGradQueue::run_oldest() {
+  std::vector<std::function<void()>> oldest;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (batches_.empty()) return;
+    oldest = std::move(batches_.front());
+    batches_.pop_front();
+  }
+  for (auto& gemms : oldest) gemms();
+}
+
+void WeightGradQueue::run_all() {
+  while (micro_batches() > 0) run_oldest();
+}
+
 torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   if (!b.defined() || !x.is_contiguous() || !kernels::use(kernels::Op::linear_bias, x))
     return torch::nn::functional::linear(x, w, b);
@@ -34,12 +65,24 @@ namespace {
 // The weight and bias gradients of y = x w^T + b from dy [rows, out] and x [rows, in]: into the
 // sink's main grads, one GEMM per micro-batch writing in their dtype (fp32, or bf16) and adding
 // into what earlier micro-batches left there, each marked written; or, with no sink (or a
-// weight it does not hold), returned.
+// weight it does not hold), returned. While the sink holds weight gradients back (a pipeline
+// schedule's parallel.pp_deferred_wgrads), the GEMMs into it are queued instead.
 std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
                                                      const torch::Tensor& w, const torch::Tensor& b,
                                                      MainGradSink* sink) {
   torch::Tensor dw, db;
   bool accumulate = false;
+  if (auto* queue = sink ? sink->held_back() : nullptr;
+      queue && sink->main_grad(w, &accumulate).defined() && (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
+    queue->push([dy, x, w, b, sink] {
+      torch::NoGradGuard no_grad;  // as inside backward: plain GEMMs into the buffer
+      auto* held = sink->held_back();
+      sink->hold_back_into(nullptr);  // run now: this is the held-back work
+      weight_grads(dy, x, w, b, sink);
+      sink->hold_back_into(held);
+    });
+    return {dw, db};
+  }
   if (auto main = sink ? sink->main_grad(w, &accumulate) : torch::Tensor(); main.defined()) {
     compat::matmul_into(main, dy.t(), x, accumulate);
     sink->mark_written(w);

@@ -6,7 +6,31 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <vector>
+
 namespace me::parallel {
+
+// Weight-gradient GEMMs held back by a pipeline schedule (parallel.pp_deferred_wgrads): a
+// stage's backward computes only the input gradients its neighbour waits for, and runs the
+// weight gradients later, in the time it would otherwise spend waiting (the zero-bubble idea of
+// Qi et al. 2024). Grouped by micro-batch and run oldest first, so every main grad accumulates
+// in the same order as without holding back: the same bits.
+class WeightGradQueue {
+ public:
+  void begin_micro_batch();
+  // Called from autograd's threads (the engine runs CUDA backward on a thread per device).
+  void push(std::function<void()> gemms);
+  size_t micro_batches() const;
+  void run_oldest();  // the oldest micro-batch's GEMMs, in the order they were queued
+  void run_all();
+
+ private:
+  mutable std::mutex mutex_;
+  std::deque<std::vector<std::function<void()>>> batches_;
+};
 
 // Where weight gradients go (train::GradBuffer implements it).
 class MainGradSink {
@@ -18,6 +42,14 @@ class MainGradSink {
   virtual torch::Tensor main_grad(const torch::Tensor& param, bool* accumulate) = 0;
   // The gradient of `param` for this micro-batch is in place (its bucket may start reducing).
   virtual void mark_written(const torch::Tensor& param) = 0;
+
+  // While set, the linear layers queue their weight-gradient GEMMs into `queue` instead of
+  // running them (null: run them at once).
+  void hold_back_into(WeightGradQueue* queue) { held_back_ = queue; }
+  WeightGradQueue* held_back() const { return held_back_; }
+
+ private:
+  WeightGradQueue* held_back_ = nullptr;
 };
 
 }  // namespace me::parallel

@@ -93,11 +93,10 @@ torch::Tensor GradBuffer::adopt_params(bool symmetric) {
   return flat;
 }
 
-void GradBuffer::begin_step() { std::fill(written_.begin(), written_.end(), 0); }
-
-void GradBuffer::begin_micro_batch(bool last) {
-  last_ = last;
-  for (auto& b : buckets_) b.pending = b.size;
+void GradBuffer::begin_step(int64_t micro_batches) {
+  ME_CHECK(micro_batches > 0, "gradient buffer: a step needs at least one micro-batch, got ", micro_batches);
+  std::fill(written_.begin(), written_.end(), 0);
+  for (auto& b : buckets_) b.pending = b.size * micro_batches;
 }
 
 torch::Tensor GradBuffer::main_grad(const torch::Tensor& param, bool* accumulate) {
@@ -120,9 +119,9 @@ void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
 void GradBuffer::arrived(size_t i) {
   written_[i] = 1;
   auto& b = buckets_[bucket_of_[i]];
-  ME_CHECK(b.pending > 0, "gradient buffer: parameter ", i, " reported its gradient twice in one micro-batch ",
+  ME_CHECK(b.pending > 0, "gradient buffer: parameter ", i, " reported more gradients than the step has micro-batches ",
            "(a weight shared by two fused linear layers?)");
-  if (--b.pending == 0 && last_ && dp_ && !b.deferred) reduce(bucket_of_[i]);
+  if (--b.pending == 0 && dp_ && !b.deferred) reduce(bucket_of_[i]);
 }
 
 void GradBuffer::reduce(size_t k) {

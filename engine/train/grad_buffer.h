@@ -36,11 +36,12 @@ class GradBuffer : public parallel::MainGradSink {
   // gradient that must first be summed over another group (the tied embedding's over the
   // first and last pipeline stages).
   void defer(size_t i);
-  // Starts a step. No zeroing pass: each parameter's first gradient of the step is copied in
-  // (later micro-batches add), and finish() zeroes the main grads of parameters that got none.
-  void begin_step();
-  // Arms the hooks for one micro-batch; on the last one, full buckets start their reduction.
-  void begin_micro_batch(bool last);
+  // Starts a step of `micro_batches` backward passes. No zeroing pass: each parameter's first
+  // gradient of the step is copied in (later ones add), and finish() zeroes the main grads of
+  // parameters that got none. A bucket starts its reduction once each of its parameters has
+  // reported `micro_batches` gradients, in whatever order they come (a pipeline stage may hold
+  // weight gradients back past the next micro-batch's backward).
+  void begin_step(int64_t micro_batches);
   // Waits for every reduction: after it the buffer (or this rank's shard) holds dp-averaged
   // grads. `before_deferred` runs once the other buckets are reduced and before deferred ones.
   void finish(const std::function<void()>& before_deferred = {});
@@ -71,7 +72,7 @@ class GradBuffer : public parallel::MainGradSink {
   void arrived(size_t i);  // param i's gradient of this micro-batch is in the buffer
   void reduce(size_t b);    // starts bucket b's reduction (on the GPU on a side stream)
   struct Bucket {
-    int pending = 0, size = 0;  // params not yet seen this micro-batch / params in the bucket
+    int64_t pending = 0, size = 0;  // gradients still to come this step / params in the bucket
     bool deferred = false;
     comm::WorkPtr work;
   };
@@ -85,7 +86,7 @@ class GradBuffer : public parallel::MainGradSink {
   torch::Tensor flat_;
   comm::ProcessGroup* dp_;
   int dp_size_ = 1, dp_rank_ = 0;
-  bool shard_reduce_, last_ = false;
+  bool shard_reduce_;
   bool params_symmetric_ = false;  // the parameters live in the DP group's memory
   int64_t symmetric_bytes_ = 0;
   std::shared_ptr<bool> alive_;       // hooks outliving the buffer do nothing

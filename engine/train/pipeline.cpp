@@ -7,8 +7,11 @@
 
 namespace me::train {
 
-PipelineSchedule::PipelineSchedule(model::TransformerImpl& model, comm::ProcessGroup* pp)
-    : model_(model), pp_(pp && pp->size() > 1 ? pp : nullptr) {
+PipelineSchedule::PipelineSchedule(model::TransformerImpl& model, comm::ProcessGroup* pp, int64_t deferred_wgrads,
+                                   parallel::MainGradSink* sink)
+    : model_(model), pp_(pp && pp->size() > 1 ? pp : nullptr), deferred_wgrads_(deferred_wgrads), sink_(sink) {
+  ME_CHECK(deferred_wgrads >= 0, "parallel.pp_deferred_wgrads must be >= 0 (0: weight gradients at once), got ",
+           deferred_wgrads);
   stages_ = model.stage().count;
   stage_ = model.stage().index;
   ME_CHECK((pp_ ? pp_->size() : 1) == stages_ && (pp_ ? pp_->rank() : 0) == stage_, "pipeline: the model is stage ",
@@ -20,17 +23,26 @@ PipelineSchedule::PipelineSchedule(model::TransformerImpl& model, comm::ProcessG
   options_ = model.parameters().front().options().requires_grad(false);
 }
 
-torch::Tensor PipelineSchedule::transfer(const torch::Tensor& out, int to, int from, const torch::Tensor& tokens,
-                                         int64_t rows) {
+torch::Tensor PipelineSchedule::Transfer::wait() {
+  if (work) work->wait();
+  work.reset();
+  return got;
+}
+
+PipelineSchedule::Transfer PipelineSchedule::transfer(const torch::Tensor& out, int to, int from,
+                                                      const torch::Tensor& tokens, int64_t rows) {
   std::vector<comm::PeerOp> ops;
   if (out.defined() && to >= 0) ops.push_back({comm::PeerOp::send, out.contiguous(), to});
-  torch::Tensor got;
+  Transfer t;
   if (from >= 0) {
-    got = torch::empty({rows, tokens.size(1) / seq_divisor_, hidden_}, options_);
-    ops.push_back({comm::PeerOp::recv, got, from});
+    t.got = torch::empty({rows, tokens.size(1) / seq_divisor_, hidden_}, options_);
+    ops.push_back({comm::PeerOp::recv, t.got, from});
   }
-  if (!ops.empty()) pp_->send_recv(ops);
-  return got;
+  if (ops.empty()) return t;
+  std::vector<torch::Tensor> uses;
+  for (const auto& op : ops) uses.push_back(op.tensor);
+  transfers_.run(options_.device(), [&] { t.work = pp_->send_recv(ops, /*async=*/true); }, uses);
+  return t;
 }
 
 torch::Tensor PipelineSchedule::share_loss(torch::Tensor sum) {
@@ -46,15 +58,17 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
   auto mark = [&](int phase) {
     if (hooks.mark) hooks.mark(phase);
   };
-  auto move = [&](const torch::Tensor& out, int to, int from) {
-    auto got = transfer(out, to, from, tokens, micro);
-    if (to >= 0 || from >= 0) mark(3);
+  auto move = [&](const torch::Tensor& out, int to, int from) { return transfer(out, to, from, tokens, micro); };
+  auto arrive = [&](Transfer& t) {
+    const bool any = t.work != nullptr;
+    auto got = t.wait();
+    if (any) mark(3);
     return got;
   };
 
   // (input, output) of the micro-batches whose backward is still to come, oldest first.
   std::deque<std::pair<torch::Tensor, torch::Tensor>> alive;
-  int64_t forwards = 0, backwards = 0;
+  int64_t forwards = 0;
   // Forward of the next micro-batch; on the last stage its output is the loss.
   auto forward = [&](torch::Tensor input) {
     const int64_t m = forwards++;
@@ -72,39 +86,70 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
     return out;
   };
   // Backward of the oldest micro-batch alive, given its output's gradient (none on the last
-  // stage); returns its input's gradient (none on the first stage).
+  // stage); returns its input's gradient (none on the first stage). Weight gradients are held
+  // back in held_ under deferred_wgrads_.
   auto backward = [&](const torch::Tensor& grad_out) {
     const auto [input, out] = alive.front();
     alive.pop_front();
-    const int64_t m = backwards++;
-    if (hooks.before_backward) hooks.before_backward(m, m == micro_batches - 1);
+    struct HoldBack {  // the sink queues weight gradients only during this backward
+      parallel::MainGradSink* sink;
+      ~HoldBack() {
+        if (sink) sink->hold_back_into(nullptr);
+      }
+    } hold{deferred_wgrads_ > 0 ? sink_ : nullptr};
+    if (hold.sink) {
+      held_.begin_micro_batch();
+      hold.sink->hold_back_into(&held_);
+    }
     if (last) (loss_scale != 1.0 ? out * loss_scale : out).backward();
     else torch::autograd::backward({out}, {grad_out});
     if (hooks.after_backward) hooks.after_backward();
     mark(2);
     return first ? torch::Tensor() : input.grad();
   };
+  // Runs held-back weight gradients, oldest first, until `keep` micro-batches' remain.
+  auto run_held = [&](size_t keep) {
+    if (held_.micro_batches() <= keep) return;
+    while (held_.micro_batches() > keep) held_.run_oldest();
+    mark(2);
+  };
+  // After a backward's send, the stage keeps at most deferred_wgrads_ - 1 micro-batches' weight
+  // gradients held (1: each runs right after its own input gradient has left).
+  const size_t keep = deferred_wgrads_ > 0 ? static_cast<size_t>(deferred_wgrads_ - 1) : 0;
 
   const int64_t warmup = std::min<int64_t>(stages_ - stage_ - 1, micro_batches);
   const int64_t steady = micro_batches - warmup;
-  for (int64_t i = 0; i < warmup; ++i) move(forward(move({}, -1, prev)), next, -1);
-  torch::Tensor input = steady > 0 ? move({}, -1, prev) : torch::Tensor();
-  for (int64_t i = 0; i < steady; ++i) {
-    const auto grad_out = move(forward(input), next, next);  // send forward, receive backward
-    const auto grad_in = backward(grad_out);
-    input = move(grad_in, prev, i + 1 < steady ? prev : -1);  // send backward, receive forward
+  std::vector<Transfer> sends;  // sends only: waited for at the end
+  for (int64_t i = 0; i < warmup; ++i) {
+    auto in = move({}, -1, prev);
+    sends.push_back(move(forward(arrive(in)), next, -1));
   }
-  for (int64_t i = 0; i < warmup; ++i) move(backward(move({}, -1, next)), prev, -1);
+  Transfer input = steady > 0 ? move({}, -1, prev) : Transfer{};
+  for (int64_t i = 0; i < steady; ++i) {
+    auto exchange = move(forward(arrive(input)), next, next);  // send forward, receive backward
+    const auto grad_in = backward(arrive(exchange));
+    input = move(grad_in, prev, i + 1 < steady ? prev : -1);  // send backward, receive forward
+    run_held(keep);  // while the previous stage computes the next forward
+  }
+  sends.push_back(std::move(input));
+  for (int64_t i = 0; i < warmup; ++i) {
+    auto grad_out = move({}, -1, next);
+    if (held_.micro_batches() > 0) held_.run_oldest();  // while the gradient comes
+    sends.push_back(move(backward(arrive(grad_out)), prev, -1));
+    run_held(keep);
+  }
+  run_held(0);
+  for (auto& t : sends) arrive(t);
   return share_loss(loss_sum);
 }
 
 torch::Tensor PipelineSchedule::forward_only(const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
   const bool first = stage_ == 0, last = stage_ == stages_ - 1;
-  auto input = first ? tokens : transfer({}, -1, stage_ - 1, tokens, tokens.size(0));
+  auto input = first ? tokens : transfer({}, -1, stage_ - 1, tokens, tokens.size(0)).wait();
   auto out = model_.forward_stage(input);
   if (last) return out;
-  transfer(out, stage_ + 1, -1, tokens, tokens.size(0));
+  transfer(out, stage_ + 1, -1, tokens, tokens.size(0)).wait();
   return {};
 }
 

@@ -40,6 +40,11 @@ struct ParallelSpec {
   // Layers of the first and of the last pipeline stage (0: an even share). They hold the
   // embedding and the output layer, so they may take fewer layers than the others.
   int64_t pp_first_layers = 0, pp_last_layers = 0;
+  // Micro-batches whose linear weight-gradient GEMMs a pipeline stage may hold back to run in
+  // its idle time (train::PipelineSchedule; no effect without pipeline parallelism or without
+  // grad_accumulation_fusion); 0: at once, in each backward (plain 1F1B); 1: each right after
+  // its backward's send, no memory beyond 1F1B's; k: k - 1 more held, each costing memory.
+  int64_t pp_deferred_wgrads = 1;
   bool distributed_optimizer = false;  // ZeRO-1: masters and optimizer state sharded over dp
   double bucket_mb = 25.0;             // gradient buckets reduced while backward goes on
   // Linear layers' weight-gradient GEMMs write straight into the main-grad buffer, in its dtype

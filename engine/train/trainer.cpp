@@ -60,6 +60,7 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   ME_CHECK(par.tp_symmetric_mb == 0 || (par.tp > 1 && par.sequence_parallel && par.tp_comm_overlap),
            "parallel.tp_symmetric_mb holds the overlapped sequence-parallel all-gathers: it needs parallel.tp > 1, ",
            "sequence_parallel = true and tp_comm_overlap = true (or set it to 0)");
+  ME_CHECK(par.pp_deferred_wgrads >= 0, "parallel.pp_deferred_wgrads must be >= 0 (0: off), got ", par.pp_deferred_wgrads);
   comm::check_nccl_cta_policy(spec_.comm.nccl_cta_policy);  // also without a communicator (one process)
   ME_CHECK(par.tp_comm_sm_margin >= 0 && par.tp_comm_sm_margin < 1024,
            "parallel.tp_comm_sm_margin is a number of multiprocessors (0 or more, below the GPU's), got ",
@@ -164,7 +165,11 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
     model_->set_before_use([opt = optimizer_.get()](torch::nn::Module& part) {
       for (const auto& p : part.parameters()) opt->wait_for(p);
     });
-  pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr);
+  // Weight gradients are held back only where a pipeline has bubbles to fill, and only those the
+  // linear layers write into the buffer (gradient-accumulation fusion).
+  pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr,
+                                                 par.pp > 1 ? par.pp_deferred_wgrads : 0,
+                                                 par.grad_accumulation_fusion ? grads_.get() : nullptr);
   flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(global_batch_) *
                          static_cast<double>(spec_.model.seq);
 }
@@ -199,9 +204,8 @@ StepResult Trainer::step_async() {
   auto labels = batch.labels.to(device_, /*non_blocking=*/true);
   mark_phase(0);
 
-  grads_->begin_step();
+  grads_->begin_step(accumulation_);
   PipelineSchedule::Hooks hooks;
-  hooks.before_backward = [&](int64_t, bool last) { grads_->begin_micro_batch(last); };
   hooks.after_backward = [&] {
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
   };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism, the distributed optimizer, tensor x data parallelism and pipeline
-# parallelism (1F1B, with tied and untied embeddings, 2 and 4 stages, even and uneven), for GPT and LLaMA, reproduce the
+# parallelism (1F1B, with tied and untied embeddings, 2 and 4 stages, even and uneven, weight
+# gradients held back or not: the same bits either way), for GPT and LLaMA, reproduce the
 # single-process loss curve: 20 steps at the same global batch (8 = micro 2 x dp x
 # accumulation), fp32. Tolerance: relative difference of every step's loss and gradient norm
 # below 1e-5 (reduction order differs between layouts; Adam amplifies it a little per step), or
@@ -35,7 +36,9 @@ else
            pp2_dp2_distopt:dp1 tp2_pp2_sp:dp1 pp2_untied:dp1_untied pp4_4layers:dp1_4layers
            pp2_uneven_3_1:dp1_4layers pp3_uneven_1_1_2:dp1_4layers
            dp1_unfused:dp1 dp2_unfused:dp1 tp2_sp_inline:dp1 llama_pp2:llama_dp1 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1
-           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp2_sp_slots:dp1 tp2_pp2_sp_slots:dp1"
+           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp2_sp_slots:dp1 tp2_pp2_sp_slots:dp1
+           pp2_held0:pp2:1e-30 pp2_dp2_distopt_held0:pp2_dp2_distopt:1e-30 tp2_pp2_sp_held3:tp2_pp2_sp:1e-30
+           pp4_4layers_held4:pp4_4layers:1e-30 pp3_uneven_held0:pp3_uneven_1_1_2:1e-30 llama_pp2_held2:llama_pp2:1e-30"
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
   run dp2_unfused 2 parallel.grad_accumulation_fusion=false
@@ -68,6 +71,16 @@ else
   # uneven pipeline stages (parallel.pp_first_layers / pp_last_layers)
   run pp2_uneven_3_1 2 parallel.pp=2 model.layers=4 parallel.pp_first_layers=3
   run pp3_uneven_1_1_2 3 parallel.pp=3 model.layers=4 parallel.pp_last_layers=2
+  # weight gradients held back into pipeline bubbles (the layouts above hold each one past its
+  # backward's send: parallel.pp_deferred_wgrads = 1): the same bits as computing them at once
+  # (0) or holding more micro-batches' back
+  held=parallel.pp_deferred_wgrads
+  run pp2_held0 2 parallel.pp=2 $held=0
+  run pp2_dp2_distopt_held0 4 parallel.pp=2 parallel.distributed_optimizer=true parallel.bucket_mb=0.02 $held=0
+  run tp2_pp2_sp_held3 4 parallel.pp=2 parallel.tp=2 parallel.sequence_parallel=true $held=3
+  run pp4_4layers_held4 4 parallel.pp=4 model.layers=4 $held=4
+  run pp3_uneven_held0 3 parallel.pp=3 model.layers=4 parallel.pp_last_layers=2 $held=0
+  ME_EQUIV_MODEL=llama run llama_pp2_held2 2 parallel.pp=2 $held=2
 fi
 
 status=0

@@ -306,9 +306,8 @@ void check_grad_accumulation_fusion(const torch::Device& device, torch::ScalarTy
   torch::manual_seed(4);
   auto tokens = torch::randint(0, c.vocab, {2, 2, c.seq}, torch::kLong).to(device);
   for (auto [model, grads] : {std::pair{&fused, &fused_grads}, std::pair{&plain, &plain_grads}}) {
-    grads->begin_step();
+    grads->begin_step(2);
     for (int micro = 0; micro < 2; ++micro) {
-      grads->begin_micro_batch(micro == 1);
       (*model)->loss(tokens[micro], tokens[micro].roll(-1, 1)).backward();
     }
     grads->finish();
@@ -339,6 +338,65 @@ TEST_CASE("gradient-accumulation fusion on the GPU (fp32-output GEMMs)", "[model
   check_grad_accumulation_fusion(gpu, torch::kFloat, 1e-5);
   // bf16: the fused gradients skip a bf16 rounding the hooks' copies have.
   check_grad_accumulation_fusion(gpu, torch::kBFloat16, 3e-2);
+}
+
+namespace {
+// Weight gradients held back (a pipeline stage's parallel.pp_deferred_wgrads) and run later,
+// oldest micro-batch first, leave the same bits in the main grads as running them at once; the
+// blocks recompute, so the GEMMs are queued from inside a recomputed backward too.
+void check_held_back_weight_grads(const torch::Device& device, torch::ScalarType dtype) {
+  auto c = tiny_gpt();
+  c.recompute = "full";
+  Transformer now(c), held(c);
+  now->reset_parameters(5);
+  held->reset_parameters(5);
+  now->to(device, dtype);
+  held->to(device, dtype);
+  me::train::GradBuffer now_grads(now->parameters(), nullptr, 25.0, false);
+  me::train::GradBuffer held_grads(held->parameters(), nullptr, 25.0, false);
+  me::parallel::attach_main_grads(*now, &now_grads);
+  me::parallel::attach_main_grads(*held, &held_grads);
+  torch::manual_seed(6);
+  auto tokens = torch::randint(0, c.vocab, {3, 2, c.seq}, torch::kLong).to(device);
+  now_grads.begin_step(3);
+  for (int micro = 0; micro < 3; ++micro) now->loss(tokens[micro], tokens[micro].roll(-1, 1)).backward();
+  now_grads.finish();
+
+  me::parallel::WeightGradQueue queue;
+  held_grads.begin_step(3);
+  auto fc1 = held->named_parameters().size();
+  for (size_t i = 0; i < held->named_parameters().size(); ++i)
+    if (held->named_parameters()[i].key().find("fc1.weight") != std::string::npos) fc1 = i;
+  REQUIRE(fc1 < held->named_parameters().size());
+  for (int micro = 0; micro < 3; ++micro) {
+    queue.begin_micro_batch();
+    held_grads.hold_back_into(&queue);
+    held->loss(tokens[micro], tokens[micro].roll(-1, 1)).backward();
+    held_grads.hold_back_into(nullptr);
+    if (micro == 1) queue.run_oldest();  // micro-batch 0's, between the others' backward passes
+  }
+  CHECK(queue.micro_batches() == 2);
+  CHECK(held_grads.view(fc1).abs().sum().item<double>() != 0);  // micro-batch 0's, already in
+  queue.run_all();
+  CHECK(queue.micro_batches() == 0);
+  held_grads.finish();
+  for (size_t i = 0; i < now->parameters().size(); ++i) {
+    INFO("parameter " << now->named_parameters()[i].key());
+    CHECK(torch::equal(held_grads.view(i), now_grads.view(i)));
+  }
+}
+}  // namespace
+
+TEST_CASE("held-back weight gradients (pp_deferred_wgrads) leave the same main grads", "[model]") {
+  check_held_back_weight_grads(torch::kCPU, torch::kFloat);
+}
+
+TEST_CASE("held-back weight gradients on the GPU", "[model][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA GPU: checked on the GPU machine");
+    return;
+  }
+  check_held_back_weight_grads(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
 }
 
 TEST_CASE("symmetric slots: one size, given back when the tensor dies, nothing past the limit", "[model]") {
