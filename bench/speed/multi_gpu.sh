@@ -2,7 +2,8 @@
 # Multi-GPU rows of the speed table in one device call: each model on one GPU, data-parallel over
 # every GPU of the machine (same micro batch per GPU; plain and with the distributed optimizer),
 # and tensor-parallel over 2 (with sequence
-# parallelism), and pipeline-parallel over 2 (1F1B, 16 micro-batches per step, the first stage
+# parallelism), and pipeline-parallel over 2 (1F1B with weight gradients after each backward's
+# send, the default parallel.pp_deferred_wgrads = 1; 16 micro-batches per step, the first stage
 # one layer longer; with 4 GPUs also pp=2 x dp=2, 8 micro-batches each); the plain-PyTorch
 # reference (bench/reference/train_ref.py) on one GPU and data-parallel over every GPU (its
 # DistributedDataParallel, under torchrun); prints the table and each layout's tokens/s per GPU
