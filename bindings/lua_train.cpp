@@ -168,6 +168,7 @@ train::RunSpec read_run_spec(lua_State* L, int r) {
     p.pp_first_layers = field_integer(L, t, "pp_first_layers", "parallel", p.pp_first_layers);
     p.pp_last_layers = field_integer(L, t, "pp_last_layers", "parallel", p.pp_last_layers);
     p.pp_deferred_wgrads = field_integer(L, t, "pp_deferred_wgrads", "parallel", p.pp_deferred_wgrads);
+    p.pp_split = field_string(L, t, "pp_split", "parallel", p.pp_split);
     p.sequence_parallel = field_boolean(L, t, "sequence_parallel", "parallel", p.sequence_parallel);
     p.distributed_optimizer = field_boolean(L, t, "distributed_optimizer", "parallel", p.distributed_optimizer);
     p.bucket_mb = field_number(L, t, "bucket_mb", "parallel", p.bucket_mb);

@@ -53,7 +53,8 @@ local row = {
   layout = ("%s GPU%s%s%s"):format(env("WORLD_SIZE", "1"), env("WORLD_SIZE", "1") == "1" and "" or "s",
                                    (recipe.parallel.tp > 1 and (" tp=" .. recipe.parallel.tp) or "")
                                    .. (recipe.parallel.pp > 1 and (" pp=" .. recipe.parallel.pp) or "")
-                                   .. (recipe.parallel.pp_first_layers > 0 and (" first stage " .. recipe.parallel.pp_first_layers .. " layers") or ""),
+                                   .. (recipe.parallel.pp_first_layers > 0 and (" first stage " .. recipe.parallel.pp_first_layers .. " layers") or "")
+                                   .. (recipe.parallel.pp > 1 and recipe.parallel.pp_split ~= "even" and (" " .. recipe.parallel.pp_split .. " split") or ""),
                                    recipe.parallel.distributed_optimizer and " distopt" or "")
            .. ((env("ME_KERNELS", "all") ~= "all") and (" kernels=" .. env("ME_KERNELS", "")) or "")
            .. ((env("ME_ATTENTION", "auto") ~= "auto") and (" attention=" .. env("ME_ATTENTION", "")) or "")

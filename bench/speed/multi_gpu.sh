@@ -3,8 +3,8 @@
 # every GPU of the machine (same micro batch per GPU; plain and with the distributed optimizer),
 # and tensor-parallel over 2 (with sequence
 # parallelism), and pipeline-parallel over 2 (1F1B with weight gradients after each backward's
-# send, the default parallel.pp_deferred_wgrads = 1; 16 micro-batches per step, the first stage
-# one layer longer; with 4 GPUs also pp=2 x dp=2, 8 micro-batches each); the plain-PyTorch
+# send, the default parallel.pp_deferred_wgrads = 1; 16 micro-batches per step, the stages
+# balanced by FLOPs; with 4 GPUs also pp=2 x dp=2, 8 micro-batches each); the plain-PyTorch
 # reference (bench/reference/train_ref.py) on one GPU and data-parallel over every GPU (its
 # DistributedDataParallel, under torchrun); prints the table and each layout's tokens/s per GPU
 # against the same engine's one-GPU row.
@@ -12,8 +12,9 @@
 # Environment: ME_BENCH_STEPS (20), ME_BENCH_WARMUP (5), ME_BENCH_MICRO (4); ME_BENCH_DP_EXTRA
 #   (recipe overrides; several rows separated by ';') and ME_BENCH_DP_EXTRA_ENV (VAR=value ...)
 #   add data-parallel rows;
-#   ME_BENCH_TP_EXTRA (recipe overrides) adds a second tp=2 row; ME_BENCH_SKIP_TP=1 skips the tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows; ME_BENCH_PP_FIRST sets
-#   the first stage's layers (0: an even split); ME_BENCH_REF: the reference's modes ("compile",
+#   ME_BENCH_TP_EXTRA (recipe overrides) adds a second tp=2 row; ME_BENCH_SKIP_TP=1 skips the
+#   tp=2 row, ME_BENCH_SKIP_PP=1 the pp=2 rows; ME_BENCH_PP_FIRST sets the first stage's layers
+#   (0: an even split; unset: parallel.pp_split = "balanced"); ME_BENCH_REF: the reference's modes ("compile",
 #   the default; "eager compile"; "" for none); ME_BENCH_REF_NPROC: its GPU counts ("1 N", the
 #   default, N being every GPU; "1" for one GPU only); ME_BENCH_SKIP_DISTOPT=1 skips the plain
 #   distributed-optimizer row; ME_BENCH_DEADLINE_S: seconds after the start past which the
@@ -89,10 +90,12 @@ for m in $models; do
     (export ME_BENCH_LABEL="$ME_BENCH_TP_EXTRA"; row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true $ME_BENCH_TP_EXTRA")
   if [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_PP:-0}" != 1 ]; then
     micro=${ME_BENCH_MICRO:-4}
-    # The first stage takes one layer more: the last one also holds the output layer and the loss
-    # (+4.4% for GPT 1.3B, bench/RESULTS.md). ME_BENCH_PP_FIRST=0: an even split.
-    case $m in gpt1.3b) first=13 ;; llama1b) first=12 ;; *) first=0 ;; esac
-    pp="parallel.pp=2 parallel.pp_first_layers=${ME_BENCH_PP_FIRST:-$first} batch.global=$((16 * micro))"
+    # The stages balanced by FLOPs: the last one also holds the output layer, so the first takes
+    # one layer more (13/11 for GPT 1.3B: +4.4% over an even split, bench/RESULTS.md).
+    # ME_BENCH_PP_FIRST=N: the first stage's layers instead (0: an even split).
+    split="parallel.pp_split=balanced"
+    [ -n "${ME_BENCH_PP_FIRST:-}" ] && split="parallel.pp_first_layers=$ME_BENCH_PP_FIRST"
+    pp="parallel.pp=2 $split batch.global=$((16 * micro))"
     row "$m" 2 "$pp"
     [ "$ngpu" -ge 4 ] && row "$m" 4 "$pp"
   fi

@@ -303,7 +303,7 @@ local recipe_defaults = {
   model = false, data = false, optimizer = false, schedule = false,  -- filled below
   batch = { micro = 8, global = 0 },  -- global 0: micro x data-parallel size
   -- Real-valued fields have real defaults (25.0, not 25): an override's type follows the default.
-  parallel = { tp = 1, pp = 1, pp_first_layers = 0, pp_last_layers = 0, pp_deferred_wgrads = 1,
+  parallel = { tp = 1, pp = 1, pp_first_layers = 0, pp_last_layers = 0, pp_split = "even", pp_deferred_wgrads = 1,
                sequence_parallel = false, distributed_optimizer = false, bucket_mb = 25.0,
                grad_accumulation_fusion = true, tp_comm_overlap = true, tp_comm_sm_margin = 0,
                overlap_param_gather = true, symmetric_buffers = "none", grad_reduce_dtype = "fp32",

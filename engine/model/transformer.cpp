@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -207,6 +208,24 @@ std::vector<int64_t> PipelineStage::stage_layers(int64_t layers) const {
   if (fixed_first) sizes.front() = first_layers;
   if (fixed_last) sizes.back() = last_layers;
   return sizes;
+}
+
+std::pair<int64_t, int64_t> balanced_stage_split(const TransformerConfig& config, int stages, int tp) {
+  const int64_t layers = config.layers, middle = stages - 2;
+  // The output layer's work in layers (GPT 1.3B: 1.76, LLaMA 1B: 1.22); the embedding lookup is cheap.
+  const double output = config.output_flops_per_token(tp) / config.layer_flops_per_token();
+  std::pair<int64_t, int64_t> best{0, 0};
+  double best_cost = 0;
+  // m: each middle stage's layers (with two stages, none: m only bounds the last stage's).
+  for (int64_t m = 1; m <= layers; ++m)
+    for (int64_t last = 1; last <= (middle > 0 ? m : layers - 1); ++last) {
+      const int64_t first = layers - middle * m - last;
+      if (first < 1) continue;
+      const double cost = std::max({static_cast<double>(first), middle > 0 ? static_cast<double>(m) : 0.0,
+                                    static_cast<double>(last) + output});
+      if (best.first == 0 || cost < best_cost) best = {first, last}, best_cost = cost;
+    }
+  return best;
 }
 
 std::pair<int64_t, int64_t> PipelineStage::layer_range(int64_t layers) const {

@@ -95,6 +95,12 @@ struct PipelineStage {
   std::pair<int64_t, int64_t> layer_range(int64_t layers) const;
 };
 
+// {first, last} stages' layers (PipelineStage::first_layers, last_layers) that even out the
+// stages' model FLOPs, the last stage's output layer counted (parallel.pp_split = "balanced"):
+// of the splits stage_layers accepts, the one whose busiest stage has the least work. {0, 0}
+// when the layers cannot fill `stages` stages.
+std::pair<int64_t, int64_t> balanced_stage_split(const TransformerConfig& config, int stages, int tp = 1);
+
 class TransformerImpl : public torch::nn::Module {
  public:
   // initialize = false: the weights are allocated but hold no values until reset_parameters

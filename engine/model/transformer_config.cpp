@@ -84,12 +84,19 @@ int64_t TransformerConfig::parameter_count(int tp) const {
   return n;
 }
 
-double TransformerConfig::flops_per_token(int tp) const {
+double TransformerConfig::layer_flops_per_token() const {
   const double h = static_cast<double>(hidden), f = static_cast<double>(ffn()), d = static_cast<double>(head_dim());
   const double q = static_cast<double>(heads) * d, kv = static_cast<double>(groups()) * d;
-  const double per_layer = h * (q + 2 * kv) + q * h + (activation == "swiglu" ? 3 : 2) * h * f;
-  const double matmul = static_cast<double>(layers) * per_layer + static_cast<double>(padded_vocab(tp)) * h;
-  return 6.0 * matmul + 12.0 * static_cast<double>(layers) * q * static_cast<double>(seq);
+  const double weights = h * (q + 2 * kv) + q * h + (activation == "swiglu" ? 3 : 2) * h * f;
+  return 6.0 * weights + 12.0 * q * static_cast<double>(seq);
+}
+
+double TransformerConfig::output_flops_per_token(int tp) const {
+  return 6.0 * static_cast<double>(padded_vocab(tp)) * static_cast<double>(hidden);
+}
+
+double TransformerConfig::flops_per_token(int tp) const {
+  return static_cast<double>(layers) * layer_flops_per_token() + output_flops_per_token(tp);
 }
 
 std::string TransformerConfig::describe() const {

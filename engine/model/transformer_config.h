@@ -49,6 +49,9 @@ struct TransformerConfig {
   // SwiGLU): 6 x (every matmul's weights, the output layer included) + 12 x layers x hidden x
   // seq for attention's scores and weighted values. Recomputation is not counted (model FLOPs).
   double flops_per_token(int tp = 1) const;
+  // Its two parts: one transformer layer's, and the output layer's.
+  double layer_flops_per_token() const;
+  double output_flops_per_token(int tp = 1) const;
   std::string describe() const;
 };
 

@@ -40,6 +40,9 @@ struct ParallelSpec {
   // Layers of the first and of the last pipeline stage (0: an even share). They hold the
   // embedding and the output layer, so they may take fewer layers than the others.
   int64_t pp_first_layers = 0, pp_last_layers = 0;
+  // "even", or "balanced": the first and last stages' layers chosen so that every stage has
+  // about the same model FLOPs, the output layer counted (model::balanced_stage_split).
+  std::string pp_split = "even";
   // Micro-batches whose linear weight-gradient GEMMs a pipeline stage may hold back to run in
   // its idle time (train::PipelineSchedule; no effect without pipeline parallelism or without
   // grad_accumulation_fusion); 0: at once, in each backward (plain 1F1B); 1: each right after

@@ -32,7 +32,7 @@ double now_ms() {
 
 Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(spec_.device)) {
   auto& t = spec_.train;
-  const auto& par = spec_.parallel;
+  auto& par = spec_.parallel;
   ME_CHECK(t.iters > 0 || t.samples > 0, "train.iters (or train.samples) must be a positive integer, got ", t.iters);
   ME_CHECK(t.micro_batch > 0, "batch.micro must be a positive integer, got ", t.micro_batch);
   ME_CHECK(t.global_batch >= 0, "batch.global must be >= 0 (0: micro x data-parallel size), got ", t.global_batch);
@@ -43,6 +43,15 @@ Trainer::Trainer(RunSpec spec) : spec_(std::move(spec)), device_(parse_device(sp
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   ME_CHECK(par.tp >= 1 && par.pp >= 1, "parallel.tp and parallel.pp must be positive integers");
   ME_CHECK(par.bucket_mb > 0, "parallel.bucket_mb must be positive, got ", par.bucket_mb);
+  ME_CHECK(par.pp_split == "even" || par.pp_split == "balanced",
+           "parallel.pp_split must be \"even\" or \"balanced\", got '", par.pp_split, "'");
+  if (par.pp_split == "balanced" && par.pp > 1) {
+    ME_CHECK(par.pp_first_layers == 0 && par.pp_last_layers == 0,
+             "parallel.pp_split = \"balanced\" chooses the first and last stages' layers itself: leave ",
+             "pp_first_layers and pp_last_layers at 0, or set pp_split = \"even\" to give them yourself");
+    std::tie(par.pp_first_layers, par.pp_last_layers) =
+        model::balanced_stage_split(spec_.model, static_cast<int>(par.pp), static_cast<int>(par.tp));
+  }
   // The pipeline's layer split, checked before anything is built (every stage would find the same error).
   model::PipelineStage{0, static_cast<int>(par.pp), par.pp_first_layers, par.pp_last_layers}.stage_layers(
       spec_.model.layers);
@@ -301,9 +310,10 @@ Summary Trainer::run() {
       std::string split;
       for (const int64_t n : model_->stage().stage_layers(spec_.model.layers))
         split += (split.empty() ? "" : "/") + std::to_string(n);
-      log::info("pipeline: ", pp, " stages of ", split, " layers, 1F1B over ", accumulation_,
-                " micro-batches per step (idle share (pp - 1) / (micro-batches + pp - 1) = ",
-                std::round(1000.0 * (pp - 1) / static_cast<double>(accumulation_ + pp - 1)) / 10, "%)");
+      log::info("pipeline: ", pp, " stages of ", split, " layers (pp_split ", spec_.parallel.pp_split, "), 1F1B over ",
+                accumulation_, " micro-batches per step (its idle share (pp - 1) / (micro-batches + pp - 1) = ",
+                std::round(1000.0 * (pp - 1) / static_cast<double>(accumulation_ + pp - 1)) / 10,
+                "%), pp_deferred_wgrads ", spec_.parallel.pp_deferred_wgrads);
       if (accumulation_ < pp)
         log::warn("only ", accumulation_, " micro-batches per step for ", pp,
                   " pipeline stages: most of each step is idle; raise batch.global to at least ",

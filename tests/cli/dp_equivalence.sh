@@ -38,7 +38,8 @@ else
            dp1_unfused:dp1 dp2_unfused:dp1 tp2_sp_inline:dp1 llama_pp2:llama_dp1 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1
            bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp2_sp_slots:dp1 tp2_pp2_sp_slots:dp1
            pp2_held0:pp2:1e-30 pp2_dp2_distopt_held0:pp2_dp2_distopt:1e-30 tp2_pp2_sp_held3:tp2_pp2_sp:1e-30
-           pp4_4layers_held4:pp4_4layers:1e-30 pp3_uneven_held0:pp3_uneven_1_1_2:1e-30 llama_pp2_held2:llama_pp2:1e-30"
+           pp4_4layers_held4:pp4_4layers:1e-30 pp3_uneven_held0:pp3_uneven_1_1_2:1e-30 llama_pp2_held2:llama_pp2:1e-30
+           pp3_balanced:dp1_4layers"
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
   run dp2_unfused 2 parallel.grad_accumulation_fusion=false
@@ -71,6 +72,7 @@ else
   # uneven pipeline stages (parallel.pp_first_layers / pp_last_layers)
   run pp2_uneven_3_1 2 parallel.pp=2 model.layers=4 parallel.pp_first_layers=3
   run pp3_uneven_1_1_2 3 parallel.pp=3 model.layers=4 parallel.pp_last_layers=2
+  run pp3_balanced 3 parallel.pp=3 model.layers=4 parallel.pp_split=balanced  # 2/1/1 (the output layer counted)
   # weight gradients held back into pipeline bubbles (the layouts above hold each one past its
   # backward's send: parallel.pp_deferred_wgrads = 1): the same bits as computing them at once
   # (0) or holding more micro-batches' back
