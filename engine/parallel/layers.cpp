@@ -52,6 +52,11 @@ void WeightGradQueue::run_all() {
   while (micro_batches() > 0) run_oldest();
 }
 
+void WeightGradQueue::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  batches_.clear();
+}
+
 torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   if (!b.defined() || !x.is_contiguous() || !kernels::use(kernels::Op::linear_bias, x))
     return torch::nn::functional::linear(x, w, b);

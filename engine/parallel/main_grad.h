@@ -26,6 +26,7 @@ class WeightGradQueue {
   size_t micro_batches() const;
   void run_oldest();  // the oldest micro-batch's GEMMs, in the order they were queued
   void run_all();
+  void clear();  // drops what is queued (a step that failed part-way)
 
  private:
   mutable std::mutex mutex_;

@@ -55,6 +55,7 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
   const bool first = stage_ == 0, last = stage_ == stages_ - 1;
   const int prev = first ? -1 : stage_ - 1, next = last ? -1 : stage_ + 1;
   auto loss_sum = torch::zeros({1}, options_.dtype(torch::kFloat));
+  held_.clear();  // a step that threw part-way may have left its GEMMs behind
   auto mark = [&](int phase) {
     if (hooks.mark) hooks.mark(phase);
   };
