@@ -216,8 +216,8 @@ std::pair<int64_t, int64_t> balanced_stage_split(const TransformerConfig& config
   const double output = config.output_flops_per_token(tp) / config.layer_flops_per_token();
   std::pair<int64_t, int64_t> best{0, 0};
   double best_cost = 0;
-  // m: each middle stage's layers (with two stages, none: m only bounds the last stage's).
-  for (int64_t m = 1; m <= layers; ++m)
+  // m: each middle stage's layers (with two stages there are none: one pass).
+  for (int64_t m = 1; m <= (middle > 0 ? layers : 1); ++m)
     for (int64_t last = 1; last <= (middle > 0 ? m : layers - 1); ++last) {
       const int64_t first = layers - middle * m - last;
       if (first < 1) continue;

@@ -48,8 +48,8 @@ void WeightGradQueue::run_oldest() {
   for (auto& gemms : oldest) gemms();
 }
 
-void WeightGradQueue::run_all() {
-  while (micro_batches() > 0) run_oldest();
+void WeightGradQueue::run_down_to(size_t keep) {
+  while (micro_batches() > keep) run_oldest();
 }
 
 void WeightGradQueue::clear() {
@@ -70,24 +70,12 @@ namespace {
 // The weight and bias gradients of y = x w^T + b from dy [rows, out] and x [rows, in]: into the
 // sink's main grads, one GEMM per micro-batch writing in their dtype (fp32, or bf16) and adding
 // into what earlier micro-batches left there, each marked written; or, with no sink (or a
-// weight it does not hold), returned. While the sink holds weight gradients back (a pipeline
-// schedule's parallel.pp_deferred_wgrads), the GEMMs into it are queued instead.
-std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
-                                                     const torch::Tensor& w, const torch::Tensor& b,
-                                                     MainGradSink* sink) {
+// weight it does not hold), returned.
+std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
+                                                             const torch::Tensor& w, const torch::Tensor& b,
+                                                             MainGradSink* sink) {
   torch::Tensor dw, db;
   bool accumulate = false;
-  if (auto* queue = sink ? sink->held_back() : nullptr;
-      queue && sink->main_grad(w, &accumulate).defined() && (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
-    queue->push([dy, x, w, b, sink] {
-      torch::NoGradGuard no_grad;  // as inside backward: plain GEMMs into the buffer
-      auto* held = sink->held_back();
-      sink->hold_back_into(nullptr);  // run now: this is the held-back work
-      weight_grads(dy, x, w, b, sink);
-      sink->hold_back_into(held);
-    });
-    return {dw, db};
-  }
   if (auto main = sink ? sink->main_grad(w, &accumulate) : torch::Tensor(); main.defined()) {
     compat::matmul_into(main, dy.t(), x, accumulate);
     sink->mark_written(w);
@@ -110,6 +98,23 @@ std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, co
     db = dy.sum(0);
   }
   return {dw, db};
+}
+
+// compute_weight_grads, or, while the sink holds weight gradients back (a pipeline schedule's
+// parallel.pp_deferred_wgrads) and both go into its main grads, the same GEMMs queued for later.
+std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
+                                                     const torch::Tensor& w, const torch::Tensor& b,
+                                                     MainGradSink* sink) {
+  bool accumulate = false;
+  if (auto* queue = sink ? sink->held_back() : nullptr;
+      queue && sink->main_grad(w, &accumulate).defined() && (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
+    queue->push([dy, x, w, b, sink] {
+      torch::NoGradGuard no_grad;  // as inside backward: plain GEMMs into the buffer
+      compute_weight_grads(dy, x, w, b, sink);
+    });
+    return {};
+  }
+  return compute_weight_grads(dy, x, w, b, sink);
 }
 
 // {x w^T + b, gelu of it} from one GEMM (cuBLASLt's epilogue), or composed where cuBLASLt offers

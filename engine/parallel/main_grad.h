@@ -25,7 +25,7 @@ class WeightGradQueue {
   void push(std::function<void()> gemms);
   size_t micro_batches() const;
   void run_oldest();  // the oldest micro-batch's GEMMs, in the order they were queued
-  void run_all();
+  void run_down_to(size_t keep);  // oldest first, until `keep` micro-batches' remain
   void clear();  // drops what is queued (a step that failed part-way)
 
  private:

@@ -1,8 +1,8 @@
 // Data-parallel gradients: one flat "main grad" buffer over this rank's parameters, fp32 (so
 // micro-batches accumulate in fp32 whatever the parameter dtype) or bf16 (half the memory and
 // half the bytes to reduce: Megatron's --grad-reduce-in-bf16), filled by a hook per parameter,
-// split into buckets that are averaged over the data-parallel group as soon as their last
-// gradient of the last micro-batch arrives, overlapping with the rest of backward. Linear
+// split into buckets that are averaged over the data-parallel group as soon as the step's last
+// gradient of each of their parameters arrives, overlapping with the rest of backward. Linear
 // layers attached to it (parallel::attach_main_grads) write their weight gradients in directly.
 // Under the distributed optimizer the buckets are reduce-scattered instead, each as soon as it
 // is complete: every rank keeps the averaged gradients of its piece of each bucket.

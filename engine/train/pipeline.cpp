@@ -10,8 +10,6 @@ namespace me::train {
 PipelineSchedule::PipelineSchedule(model::TransformerImpl& model, comm::ProcessGroup* pp, int64_t deferred_wgrads,
                                    parallel::MainGradSink* sink)
     : model_(model), pp_(pp && pp->size() > 1 ? pp : nullptr), deferred_wgrads_(deferred_wgrads), sink_(sink) {
-  ME_CHECK(deferred_wgrads >= 0, "parallel.pp_deferred_wgrads must be >= 0 (0: weight gradients at once), got ",
-           deferred_wgrads);
   stages_ = model.stage().count;
   stage_ = model.stage().index;
   ME_CHECK((pp_ ? pp_->size() : 1) == stages_ && (pp_ ? pp_->rank() : 0) == stage_, "pipeline: the model is stage ",
@@ -111,7 +109,7 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
   // Runs held-back weight gradients, oldest first, until `keep` micro-batches' remain.
   auto run_held = [&](size_t keep) {
     if (held_.micro_batches() <= keep) return;
-    while (held_.micro_batches() > keep) held_.run_oldest();
+    held_.run_down_to(keep);
     mark(2);
   };
   // After a backward's send, the stage keeps at most deferred_wgrads_ - 1 micro-batches' weight

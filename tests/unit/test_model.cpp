@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -322,29 +323,37 @@ TEST_CASE("RMSNorm on the GPU (LibTorch's fused kernel where it has one) matches
 }
 
 namespace {
+// A model of `c` drawn from `seed` on `device` in `dtype`, with a main-grad buffer over its
+// parameters that its linear layers write into when `fused` (gradient-accumulation fusion).
+struct ModelWithGrads {
+  Transformer model;
+  std::unique_ptr<me::train::GradBuffer> grads;
+  ModelWithGrads(const TransformerConfig& c, uint64_t seed, const torch::Device& device, torch::ScalarType dtype,
+                 bool fused)
+      : model(c) {
+    model->reset_parameters(seed);
+    model->to(device, dtype);
+    grads = std::make_unique<me::train::GradBuffer>(model->parameters(), nullptr, 25.0, false);
+    if (fused) me::parallel::attach_main_grads(*model, grads.get());
+  }
+};
+
 // Gradient-accumulation fusion against autograd's own gradients copied in by the buffer's
 // hooks, over two micro-batches (the first overwrites the main grads, the second adds). The
 // fused model also recomputes its blocks (the fused backward then runs inside the recomputed one).
 void check_grad_accumulation_fusion(const torch::Device& device, torch::ScalarType dtype, double tolerance) {
   auto c = tiny_gpt();
-  Transformer plain(c);
+  ModelWithGrads plain_run(c, 3, device, dtype, /*fused=*/false);
   c.recompute = "full";
-  Transformer fused(c);
-  fused->reset_parameters(3);
-  plain->reset_parameters(3);
-  fused->to(device, dtype);
-  plain->to(device, dtype);
-  me::train::GradBuffer fused_grads(fused->parameters(), nullptr, 25.0, false);
-  me::train::GradBuffer plain_grads(plain->parameters(), nullptr, 25.0, false);
-  me::parallel::attach_main_grads(*fused, &fused_grads);
+  ModelWithGrads fused_run(c, 3, device, dtype, /*fused=*/true);
+  auto &plain = plain_run.model, &fused = fused_run.model;
+  auto &plain_grads = *plain_run.grads, &fused_grads = *fused_run.grads;
   torch::manual_seed(4);
   auto tokens = torch::randint(0, c.vocab, {2, 2, c.seq}, torch::kLong).to(device);
-  for (auto [model, grads] : {std::pair{&fused, &fused_grads}, std::pair{&plain, &plain_grads}}) {
-    grads->begin_step(2);
-    for (int micro = 0; micro < 2; ++micro) {
-      (*model)->loss(tokens[micro], tokens[micro].roll(-1, 1)).backward();
-    }
-    grads->finish();
+  for (auto* run : {&fused_run, &plain_run}) {
+    run->grads->begin_step(2);
+    for (int micro = 0; micro < 2; ++micro) run->model->loss(tokens[micro], tokens[micro].roll(-1, 1)).backward();
+    run->grads->finish();
   }
   // Every parameter got a gradient, the same either way.
   for (size_t i = 0; i < plain->parameters().size(); ++i) {
@@ -381,15 +390,9 @@ namespace {
 void check_held_back_weight_grads(const torch::Device& device, torch::ScalarType dtype) {
   auto c = tiny_gpt();
   c.recompute = "full";
-  Transformer now(c), held(c);
-  now->reset_parameters(5);
-  held->reset_parameters(5);
-  now->to(device, dtype);
-  held->to(device, dtype);
-  me::train::GradBuffer now_grads(now->parameters(), nullptr, 25.0, false);
-  me::train::GradBuffer held_grads(held->parameters(), nullptr, 25.0, false);
-  me::parallel::attach_main_grads(*now, &now_grads);
-  me::parallel::attach_main_grads(*held, &held_grads);
+  ModelWithGrads now_run(c, 5, device, dtype, /*fused=*/true), held_run(c, 5, device, dtype, /*fused=*/true);
+  auto &now = now_run.model, &held = held_run.model;
+  auto &now_grads = *now_run.grads, &held_grads = *held_run.grads;
   torch::manual_seed(6);
   auto tokens = torch::randint(0, c.vocab, {3, 2, c.seq}, torch::kLong).to(device);
   now_grads.begin_step(3);
@@ -411,7 +414,7 @@ void check_held_back_weight_grads(const torch::Device& device, torch::ScalarType
   }
   CHECK(queue.micro_batches() == 2);
   CHECK(held_grads.view(fc1).abs().sum().item<double>() != 0);  // micro-batch 0's, already in
-  queue.run_all();
+  queue.run_down_to(0);
   CHECK(queue.micro_batches() == 0);
   held_grads.finish();
   for (size_t i = 0; i < now->parameters().size(); ++i) {
