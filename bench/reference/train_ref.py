@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Plain-PyTorch reference trainer for megaengine's speed benchmark.
 
-A decoder-only transformer (GPT or LLaMA family) trained on synthetic random tokens with
-fp32 weights, bf16 autocast, AdamW and global-norm clipping, timed with CUDA events. The
+A decoder-only transformer (GPT or LLaMA family) trained on random tokens, or with --text on a
+file's bytes as megaengine's benchmark rows are (bench/speed/*.sh pass it), with fp32 weights, bf16 autocast, AdamW and global-norm clipping, timed with CUDA events. The
 model mirrors engine/model/transformer.cpp (shapes, init, norms, RoPE, attention) and the
 FLOP count is TransformerConfig::flops_per_token, so tokens/s and TFLOP/s compare like for
 like with megaengine rows.
@@ -337,6 +337,9 @@ class Trainer:
         self.opt, self.optimizer_impl = build_optimizer(model, lr, args.weight_decay, args.optimizer_impl,
                                                         device.type)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.text = None
+        if getattr(args, "text", None):
+            self.use_text(args.text)
         self.scope = args.compile_scope
         if args.mode == "compile":
             ckw = {} if args.compile_mode in (None, "", "default") else {"mode": args.compile_mode}
@@ -354,9 +357,28 @@ class Trainer:
         t = torch.randint(0, self.cfg.vocab, (self.micro, self.cfg.seq + 1), device=self.device)
         return t[:, :-1], t[:, 1:]
 
+    def use_text(self, path):
+        """Train on a file's bytes (token = byte), as megaengine's me.data.text does: the GPU's
+        clocks under load depend on the numbers it multiplies, so both engines get the same text."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise SystemExit(f"--text {path}: {e.strerror} (scripts/fetch_assets.sh fetches moby-dick.txt)")
+        if len(data) <= self.cfg.seq + 1:
+            raise SystemExit(f"--text {path}: {len(data)} bytes, need more than seq + 1 = {self.cfg.seq + 1}")
+        self.text = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device, torch.long)
+        self.window = torch.arange(self.cfg.seq + 1, device=self.device)
+
+    def text_batch(self):
+        # Random windows of the text, drawn on the device: no host transfer, no sync.
+        starts = torch.randint(0, self.text.numel() - self.cfg.seq - 1, (self.micro, 1), device=self.device)
+        t = self.text[starts + self.window]
+        return t[:, :-1], t[:, 1:]
+
     def step(self, batch_fn=None):
         """One optimizer step of accum micro-batches; returns the last micro-batch loss (a tensor)."""
-        batch_fn = batch_fn or self.random_batch
+        batch_fn = batch_fn or (self.text_batch if self.text is not None else self.random_batch)
         loss = None
         for _ in range(self.accum):
             inputs, targets = batch_fn()
@@ -450,7 +472,8 @@ def benchmark_on(args, cfg, world, rank, device):
                data_parallel="DistributedDataParallel" if world > 1 else None,
                compile_mode=args.compile_mode if args.mode == "compile" else None,
                compile_scope=args.compile_scope if args.mode == "compile" else None,
-               gqa_impl=args.gqa_impl if cfg.kv_groups != cfg.heads else None)
+               gqa_impl=args.gqa_impl if cfg.kv_groups != cfg.heads else None,
+               data=os.path.basename(args.text) if args.text else "random tokens")
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"{engine}: {args.model} = {cfg.describe()}, micro {args.micro} x accum {args.accum}, "
         f"{args.warmup} warm-up + {args.steps} timed steps, on {layout} ({row['device']}), torch {torch.__version__}",
@@ -585,6 +608,8 @@ def parse_args(argv=None):
     p.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip (0: off)")
     p.add_argument("--peak-tflops", type=float, default=None, help="bf16 peak for MFU (bench/reference/matmul_peak.py)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--text", default=None,
+                   help="train on this file's bytes (megaengine's rows use assets/moby-dick.txt); default: random tokens")
     p.add_argument("--json", default=None, help="append one JSON object per run to this file")
     p.add_argument("--check", action="store_true", help="tiny smoke test")
     args = p.parse_args(argv)

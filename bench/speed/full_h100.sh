@@ -2,7 +2,7 @@
 # The H100 table of bench/RESULTS.md in one device call: build, GPU unit tests, then
 # bench/speed/run.sh (measured peak, megaengine and the PyTorch references for each model) plus
 # megaengine with its own CUDA kernels switched off (ME_KERNELS=none, or each value of
-# ME_BENCH_KERNELS_OFF) in the same call.
+# ME_BENCH_KERNELS_OFF), and rows with other recipe settings (ME_BENCH_EXTRA), in the same call.
 #   bash bench/speed/full_h100.sh OUT_DIR          (after `source .debs/device-env.sh`)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,6 +22,16 @@ for m in ${ME_BENCH_MODELS:-gpt1.3b llama1b}; do
     ME_KERNELS=$k ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$out/speed/rows.jsonl \
       "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$out/$m.${k//,/_}.log" 2>&1 ||
       tail -3 "$out/$m.${k//,/_}.log"  # no commas in file names: the device tool does not return them
+  done
+done
+# Extra rows: recipe overrides, rows separated by ';' (e.g. ME_BENCH_EXTRA="parallel.grad_reduce_dtype=bf16").
+IFS=';' read -ra extras <<< "${ME_BENCH_EXTRA:-}"
+for m in ${ME_BENCH_MODELS:-gpt1.3b llama1b}; do
+  for e in "${extras[@]}"; do
+    log=$out/$m.${e//[^a-z0-9]/_}.log
+    ME_BENCH_OVERRIDES="$e" ME_BENCH_LABEL="$e" ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak \
+      ME_BENCH_JSON=$out/speed/rows.jsonl "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 ||
+      tail -3 "$log"
   done
 done
 python3 "$repo/bench/speed/table.py" "$out/speed/rows.jsonl" | tee "$out/table.md"

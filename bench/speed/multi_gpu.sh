@@ -27,6 +27,7 @@ shift 2
 models=${*:-gpt1.3b llama1b}
 ngpu=$(nvidia-smi -L | wc -l)
 rows=$out/rows.jsonl
+text=${ME_ASSET_DIR:-$repo/assets}/moby-dick.txt  # the reference trains on megaengine's rows' bytes (run.sh says why)
 mkdir -p "$out"
 started=$SECONDS
 late() {  # true (and says so) once ME_BENCH_DEADLINE_S seconds have passed
@@ -52,7 +53,7 @@ row() {  # model nproc overrides
 reference() {  # model nproc mode
   local m=$1 n=$2 mode=$3 log=$out/$1.$2.ref_$3.log
   local args=(--model "$m" --mode "$mode" --micro "${ME_BENCH_MICRO:-4}" --steps "$ME_BENCH_STEPS"
-              --warmup "$ME_BENCH_WARMUP" --peak-tflops "$peak" --json "$rows") t0=$SECONDS
+              --warmup "$ME_BENCH_WARMUP" --peak-tflops "$peak" --json "$rows" --text "$text") t0=$SECONDS
   late "reference $m $mode on $n GPUs" && return 0
   if [ "$n" -eq 1 ]; then
     CUDA_VISIBLE_DEVICES=0 timeout 400 python3 "$repo/bench/reference/train_ref.py" "${args[@]}" > "$log" 2>&1
