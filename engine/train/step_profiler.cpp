@@ -19,12 +19,14 @@ namespace {
 namespace prof = torch::autograd::profiler;
 namespace impl = torch::profiler::impl;
 
+const char* const kCommunication = "communication (NCCL)";
+
 // The kind of a GPU kernel, from its (demangled) name.
 std::string kernel_kind(const std::string& name) {
   std::string n = name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
-  if (has("nccl")) return "communication (NCCL)";
+  if (has("nccl")) return kCommunication;
   if (has("me::kernels")) return "engine kernels (engine/kernels)";
   if (has("flash") || has("fmha") || has("sdpa") || has("attention")) return "attention";
   if (has("gemm") || has("cutlass") || has("xmma") || has("nvjet") || has("cublas") || has("wgmma"))
@@ -137,7 +139,7 @@ std::string StepProfiler::summarise() {
   }
   const double per = static_cast<double>(steps_), step_ms = wall_ms_ / per;
   std::map<std::string, Totals> by_name, by_kind;
-  std::vector<Span> spans;
+  std::vector<Span> spans, compute;  // every kernel; every kernel but NCCL's
   const auto device = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   struct CpuOp {
     uint64_t thread;
@@ -152,10 +154,12 @@ std::string StepProfiler::summarise() {
       auto& t = by_name[e.name()];
       t.ns += dur;
       t.calls += 1;
-      auto& k = by_kind[kernel_kind(e.name())];
+      const auto kind = kernel_kind(e.name());
+      auto& k = by_kind[kind];
       k.ns += dur;
       k.calls += 1;
       spans.push_back({start, start + dur});
+      if (kind != kCommunication) compute.push_back(spans.back());
     } else {
       cpu.push_back({e.startThreadId(), {start, start + dur}, e.name()});
     }
@@ -168,6 +172,14 @@ std::string StepProfiler::summarise() {
                   "  step %.1f ms (host); GPU kernels cover %.1f ms (%.1f%%), idle %.1f ms; kernel time by kind:\n",
                   step_ms, busy, 100.0 * busy / step_ms, std::max(0.0, step_ms - busy));
     out += line;
+    if (by_kind.count(kCommunication)) {
+      // What the step waits for: time when NCCL kernels run and nothing else does.
+      const double exposed = static_cast<double>(covered(spans) - covered(compute)) / 1e6 / per;
+      const double comm = static_cast<double>(by_kind[kCommunication].ns) / 1e6 / per;
+      std::snprintf(line, sizeof line, "  communication %.1f ms, of which %.1f ms beside no other kernel (exposed)\n",
+                    comm, exposed);
+      out += line;
+    }
     out += table("kind", {by_kind.begin(), by_kind.end()}, per, step_ms, by_kind.size());
     out += table("heaviest kernels", {by_name.begin(), by_name.end()}, per, step_ms, 25);
   } else {
