@@ -3,9 +3,10 @@
 
 A decoder-only transformer (GPT or LLaMA family) trained on random tokens, or with --text on a
 file's bytes as megaengine's benchmark rows are (bench/speed/*.sh pass it), with fp32 weights,
-bf16 autocast, AdamW and global-norm clipping, timed with CUDA events. The model mirrors engine/model/transformer.cpp (shapes, init, norms, RoPE, attention) and the
-FLOP count is TransformerConfig::flops_per_token, so tokens/s and TFLOP/s compare like for
-like with megaengine rows.
+bf16 autocast, AdamW and global-norm clipping, timed with CUDA events. The model mirrors
+engine/model/transformer.cpp (shapes, init, norms, RoPE, attention) and the FLOP count is
+TransformerConfig::flops_per_token, so tokens/s and TFLOP/s compare like for like with
+megaengine rows.
 
   python3 bench/reference/train_ref.py --model gpt1.3b --mode eager --micro 4 --json out.jsonl
   python3 bench/reference/train_ref.py --model llama1b --mode compile --micro 4 --peak-tflops 750
