@@ -339,7 +339,7 @@ class Trainer:
                                                         device.type)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.text = None
-        if getattr(args, "text", None):
+        if args.text:
             self.use_text(args.text)
         self.scope = args.compile_scope
         if args.mode == "compile":

@@ -133,7 +133,10 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
   sends.push_back(std::move(input));
   for (int64_t i = 0; i < warmup; ++i) {
     auto grad_out = move({}, -1, next);
-    if (held_.micro_batches() > 0) held_.run_oldest();  // while the gradient comes
+    if (held_.micro_batches() > 0) {  // while the gradient comes
+      held_.run_oldest();
+      mark(2);  // backward work, not the wait for the gradient
+    }
     sends.push_back(move(backward(arrive(grad_out)), prev, -1));
     run_held(keep);
   }
