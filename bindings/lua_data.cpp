@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "bindings/lua_model.h"
+#include "bindings/lua_recipe.h"
 #include "bindings/lua_tensor.h"
 #include "bindings/modules.h"
 #include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS

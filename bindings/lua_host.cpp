@@ -8,6 +8,7 @@ extern "C" {
 #include <lualib.h>
 }
 
+#include "bindings/lua_modules.h"
 #include "bindings/lua_util.h"
 #include "bindings/modules.h"
 
@@ -20,7 +21,30 @@ extern "C" {
 
 namespace me::lua {
 
-extern const char* const kMegaengineLua;
+namespace {
+
+const char* embedded_source(const char* name) {
+  for (const auto* m = kEmbeddedModules; m->name; ++m)
+    if (std::strcmp(m->name, name) == 0) return m->source;
+  return nullptr;
+}
+
+// Loads an embedded module's chunk, named "[module]" in messages and tracebacks.
+void load_embedded(lua_State* L, const char* name) {
+  const char* source = embedded_source(name);
+  const std::string chunk = std::string("=[") + name + "]";
+  // A broken embedded module is a build bug; say so plainly.
+  if (!source || luaL_loadbuffer(L, source, std::strlen(source), chunk.c_str()) != LUA_OK) lua_error(L);
+}
+
+// package.preload's loader for "megaengine.NAME" modules.
+int open_submodule(lua_State* L) {
+  load_embedded(L, luaL_checkstring(L, 1));
+  lua_call(L, 0, 1);
+  return 1;
+}
+
+}  // namespace
 
 int open_megaengine(lua_State* L) {
   lua_newtable(L);
@@ -35,8 +59,7 @@ int open_megaengine(lua_State* L) {
   open_comm(L, core);
   open_data(L, core);
   open_parallel(L, core);
-  if (luaL_loadbuffer(L, kMegaengineLua, std::strlen(kMegaengineLua), "=[megaengine]") != LUA_OK)
-    return lua_error(L);  // a broken embedded module is a build bug; say so plainly
+  load_embedded(L, "megaengine");
   lua_pushvalue(L, core);
   lua_call(L, 1, 1);
   return 1;
@@ -46,8 +69,10 @@ LuaHost::LuaHost() : L_(luaL_newstate()) {
   if (!L_) throw Error("cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
   luaL_getsubtable(L_, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  lua_pushcfunction(L_, open_megaengine);
-  lua_setfield(L_, -2, "megaengine");
+  for (const auto* m = kEmbeddedModules; m->name; ++m) {
+    lua_pushcfunction(L_, std::strcmp(m->name, "megaengine") == 0 ? open_megaengine : open_submodule);
+    lua_setfield(L_, -2, m->name);
+  }
   lua_pop(L_, 1);
 }
 

@@ -3,6 +3,7 @@
 // printed, run forward and backward, and compared across layouts.
 #include "bindings/lua_model.h"
 
+#include "bindings/lua_recipe.h"
 #include "bindings/lua_tensor.h"
 #include "bindings/modules.h"
 #include "engine/parallel/mappings.h"
@@ -12,29 +13,9 @@ namespace me::lua {
 const char* const kModelMeta = "me.Model";
 
 model::TransformerConfig read_model_config(lua_State* L, int t, const std::string& path) {
-  const std::string kind = field_string(L, t, "kind", path, std::string("gpt"));
-  ME_CHECK(kind == "gpt" || kind == "llama", path, ".kind: unknown model '", kind, "' (gpt, llama)");
-  auto c = kind == "llama" ? model::TransformerConfig::llama() : model::TransformerConfig::gpt();
-  c.vocab = field_integer(L, t, "vocab", path, c.vocab);
-  c.seq = field_integer(L, t, "seq", path, c.seq);
-  c.layers = field_integer(L, t, "layers", path, c.layers);
-  c.hidden = field_integer(L, t, "hidden", path, c.hidden);
-  c.heads = field_integer(L, t, "heads", path, c.heads);
-  c.query_groups = field_integer(L, t, "query_groups", path, c.query_groups);
-  c.ffn_hidden = field_integer(L, t, "ffn_hidden", path, c.ffn_hidden);
-  c.ffn_multiplier = field_number(L, t, "ffn_multiplier", path, c.ffn_multiplier);
-  c.ffn_multiple_of = field_integer(L, t, "ffn_multiple_of", path, c.ffn_multiple_of);
-  c.vocab_divisible_by = field_integer(L, t, "vocab_divisible_by", path, c.vocab_divisible_by);
-  c.norm = field_string(L, t, "norm", path, c.norm);
-  c.activation = field_string(L, t, "activation", path, c.activation);
-  c.position = field_string(L, t, "position", path, c.position);
-  c.bias = field_boolean(L, t, "bias", path, c.bias);
-  c.tie_embeddings = field_boolean(L, t, "tie_embeddings", path, c.tie_embeddings);
-  c.norm_eps = field_number(L, t, "norm_eps", path, c.norm_eps);
-  c.rope_base = field_number(L, t, "rope_base", path, c.rope_base);
-  c.init_std = field_number(L, t, "init_std", path, c.init_std);
-  c.recompute = field_string(L, t, "recompute", path, c.recompute);
-  c.recompute_every = field_integer(L, t, "recompute_every", path, c.recompute_every);
+  model::TransformerConfig c;
+  model::visit_fields(c, FieldReader(L, t, path));
+  ME_CHECK(c.kind == "gpt" || c.kind == "llama", path, ".kind: unknown model '", c.kind, "' (gpt, llama)");
   c.validate(path);
   return c;
 }

@@ -19,14 +19,12 @@ struct LuaModel {
   std::shared_ptr<comm::ProcessGroup> group;
 };
 
-// Reads a model table (what me.model.gpt{...} / me.model.llama{...} return) at stack index t,
-// starting from the defaults of its `kind`; `path` names it in messages. Validates.
+// Reads a model table (what me.model.gpt{...} / me.model.llama{...} return, every field filled)
+// at stack index t; `path` names it in messages. Validates.
 model::TransformerConfig read_model_config(lua_State* L, int t, const std::string& path);
 
 void push_model(lua_State* L, LuaModel m);
 
-// Reads a data table (me.data.text{...} / me.data.gpt{...}) at stack index t.
-train::DataSpec read_data_spec(lua_State* L, int t);
 // Reads a tokenizer table (me.tokenizer.gpt2{...} / sentencepiece{...}) at stack index t;
 // `path` names it in messages.
 data::TokenizerSpec read_tokenizer_spec(lua_State* L, int t, const std::string& path);

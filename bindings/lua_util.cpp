@@ -158,7 +158,7 @@ int traceback_handler(lua_State* L) {
   const bool debug = getenv("ME_LUA_TRACEBACK_ALL") != nullptr;
   while (std::getline(lines, line)) {
     if (line == "stack traceback:") continue;
-    if (!debug && (line.find("[megaengine]") != std::string::npos || line.find("[C]:") != std::string::npos)) continue;
+    if (!debug && (line.find("[megaengine") != std::string::npos || line.find("[C]:") != std::string::npos)) continue;
     kept += "\n" + line;
   }
   lua_pop(L, 1);

@@ -2,7 +2,8 @@
 -- constructors that fill defaults and reject unknown fields; `core` is the C++ part
 -- (tensors, models, the trainer). Embedded into the binary at build time.
 local core = ...
-local me = { version = core.version, torch_version = core.torch_version }
+local fields = require "megaengine.fields"
+local me = { version = core.version, torch_version = core.torch_version, fields = fields }
 
 ---------------------------------------------------------------------------------------
 -- helpers
@@ -151,32 +152,23 @@ local function model_meta(name)
   return meta
 end
 
--- Every field of the engine's TransformerConfig, with each family's defaults, so overrides
--- (model.layers=2, model.recompute=full) can address any of them.
-local common = {
-  vocab = 256, seq = 128, layers = 4, hidden = 128, heads = 4, query_groups = 0,
-  ffn_hidden = 0, ffn_multiplier = 1.0, ffn_multiple_of = 256, vocab_divisible_by = 128,
-  norm_eps = 1e-5, rope_base = 10000.0, init_std = 0.02, recompute = "none", recompute_every = 1,
-}
-local gpt_defaults = with_defaults({ kind = "gpt", norm = "layernorm", activation = "gelu", position = "learned",
-                                     bias = true, tie_embeddings = true }, common)
-local llama_defaults = with_defaults({ kind = "llama", vocab = 32000, norm = "rmsnorm", activation = "swiglu",
-                                       position = "rope", bias = false, tie_embeddings = false }, common)
-me.model.gpt = constructor("me.model.gpt", gpt_defaults, model_meta("gpt"), core.model_check)
-me.model.llama = constructor("me.model.llama", llama_defaults, model_meta("llama"), core.model_check)
+-- Every field of the engine's TransformerConfig, with each family's defaults (fields.lua), so
+-- overrides (model.layers=2, model.recompute=full) can address any of them.
+me.model.gpt = constructor("me.model.gpt", fields.defaults("model.gpt"), model_meta("gpt"), core.model_check)
+me.model.llama = constructor("me.model.llama", fields.defaults("model.llama"), model_meta("llama"), core.model_check)
 
 -- Presets: the GPT size table of the user's Megatron recipes and LLaMA-2's published sizes.
 -- Each is callable with overrides: me.presets.gpt["39b"]{ seq = 2048 }.
-local function preset(ctor, fields)
+local function preset(ctor, values)
   return setmetatable({}, {
     __call = function(_, extra)
       local t = {}
-      for k, v in pairs(fields) do t[k] = v end
+      for k, v in pairs(values) do t[k] = v end
       for k, v in pairs(extra or {}) do t[k] = v end
       return ctor(t)
     end,
-    __index = fields,
-    __tostring = function() return pretty(fields) end,
+    __index = values,
+    __tostring = function() return pretty(values) end,
   })
 end
 
@@ -211,17 +203,14 @@ me.presets = {
 ---------------------------------------------------------------------------------------
 
 me.data = {}
-me.data.text = constructor("me.data.text", { kind = "text", path = "", holdout = 0.05 }, spec_meta("data.text"),
+me.data.text = constructor("me.data.text", fields.defaults("data.text"), spec_meta("data.text"),
   function(s)
     if type(s.path) ~= "string" or s.path == "" then error("me.data.text: 'path' (a text file) is required", 0) end
   end)
 
 -- Megatron .bin/.idx data: one prefix, or a blend { {weight, prefix}, ... }. With `source`
 -- (a text or jsonl file) rank 0 first preprocesses it into `prefix` when that is missing or older.
-me.data.gpt = constructor("me.data.gpt",
-  { kind = "gpt", prefix = "", blend = {}, split = "969,30,1", cache_dir = "", eod_mask_loss = false,
-    tokenizer = false, source = "", source_format = "text", json_key = "text" },
-  spec_meta("data.gpt"),
+me.data.gpt = constructor("me.data.gpt", fields.defaults("data.gpt"), spec_meta("data.gpt"),
   function(s)
     if s.prefix == "" and #s.blend == 0 then
       error("me.data.gpt: give 'prefix' (a .bin/.idx prefix) or 'blend' = { {weight, prefix}, ... }", 0)
@@ -239,13 +228,13 @@ me.data.gpt = constructor("me.data.gpt",
 -- Tokenizers: GPT-2's byte-level BPE (encoder.json + vocab.bpe; by default the fetched assets)
 -- and SentencePiece (a tokenizer.model).
 me.tokenizer = {}
-me.tokenizer.gpt2 = constructor("me.tokenizer.gpt2", { kind = "gpt2", vocab_file = "", merge_file = "" },
+me.tokenizer.gpt2 = constructor("me.tokenizer.gpt2", fields.defaults("tokenizer.gpt2"),
   spec_meta("tokenizer.gpt2"),
   function(s)
     if s.vocab_file == "" then s.vocab_file = me.asset "gpt2-encoder.json" end
     if s.merge_file == "" then s.merge_file = me.asset "gpt2-vocab.bpe" end
   end)
-me.tokenizer.sentencepiece = constructor("me.tokenizer.sentencepiece", { kind = "sentencepiece", model_file = "" },
+me.tokenizer.sentencepiece = constructor("me.tokenizer.sentencepiece", fields.defaults("tokenizer.sentencepiece"),
   spec_meta("tokenizer.sentencepiece"),
   function(s)
     if s.model_file == "" then error("me.tokenizer.sentencepiece: 'model_file' (a tokenizer.model) is required", 0) end
@@ -277,20 +266,14 @@ function me.asset(name)
 end
 
 me.optim = {}
-me.optim.adamw = constructor("me.optim.adamw",
-  { kind = "adamw", lr = 1e-3, betas = { 0.9, 0.95 }, eps = 1e-8, weight_decay = 0.1, clip = 1.0 },
-  spec_meta("optim.adamw"))
-me.optim.sgd = constructor("me.optim.sgd",
-  { kind = "sgd", lr = 1e-2, momentum = 0.9, weight_decay = 0.0, clip = 1.0 }, spec_meta("optim.sgd"))
+me.optim.adamw = constructor("me.optim.adamw", fields.defaults("optimizer.adamw"), spec_meta("optim.adamw"))
+me.optim.sgd = constructor("me.optim.sgd", fields.defaults("optimizer.sgd"), spec_meta("optim.sgd"))
 
 me.schedule = {}
 -- Counted in iterations, or in samples as Megatron's --lr-warmup-samples/--lr-decay-samples
 -- (any *_samples field > 0 switches the schedule to samples).
-local schedule_defaults = { warmup_iters = 0, decay_iters = 0, min_lr = 0.0, wsd_decay_iters = 0,
-                            warmup_samples = 0, decay_samples = 0, wsd_decay_samples = 0 }
-for _, kind in ipairs({ "constant", "linear", "cosine", "inverse_sqrt", "wsd" }) do
-  local defaults = with_defaults({ kind = kind == "inverse_sqrt" and "inverse-square-root" or kind }, schedule_defaults)
-  me.schedule[kind] = constructor("me.schedule." .. kind, defaults, spec_meta("schedule." .. kind))
+for kind, section in pairs(fields.schedule_kinds) do
+  me.schedule[kind] = constructor("me.schedule." .. kind, fields.defaults(section.name), spec_meta("schedule." .. kind))
 end
 
 ---------------------------------------------------------------------------------------
@@ -298,24 +281,9 @@ end
 ---------------------------------------------------------------------------------------
 
 local Recipe = spec_meta("recipe")
-local recipe_defaults = {
-  name = "run", device = "cpu", seed = 1234, precision = "fp32",  -- fp32 | bf16 | fp16 (loss-scaled)
-  model = false, data = false, optimizer = false, schedule = false,  -- filled below
-  batch = { micro = 8, global = 0 },  -- global 0: micro x data-parallel size
-  -- Real-valued fields have real defaults (25.0, not 25): an override's type follows the default.
-  parallel = { tp = 1, pp = 1, pp_first_layers = 0, pp_last_layers = 0, pp_split = "even", pp_deferred_wgrads = 1,
-               sequence_parallel = false, distributed_optimizer = false, bucket_mb = 25.0,
-               grad_accumulation_fusion = true, tp_comm_overlap = true, tp_comm_sm_margin = 0,
-               overlap_param_gather = true, symmetric_buffers = "none", grad_reduce_dtype = "fp32",
-               tp_symmetric_mb = 0.0 },
-  comm = { backend = "auto", timeout_s = 600.0, heartbeat_s = 1.0, nccl_cta_policy = "default" },
-  train = { iters = 100, samples = 0, log_interval = 10, eval_interval = 0, eval_iters = 10, peak_tflops = 0.0,
-            profile_phases = false, profile_at = 0, profile_steps = 3, profile_trace = "" },
-  sample = { prompt = "\n", tokens = 0, top_k = 1, temperature = 1.0 },
-  log = { level = "info" },
-  on_log = false,  -- function(record) called at every log interval
-}
-local section_names = { "batch", "parallel", "comm", "train", "sample", "log" }
+local recipe_defaults = fields.defaults("recipe")  -- model, data, optimizer, schedule filled below
+local section_names = fields.recipe_sections
+for _, name in ipairs(section_names) do recipe_defaults[name] = fields.defaults(name) end
 
 function me.recipe(t)
   check_fields(t, recipe_defaults, "recipe", 2)
@@ -324,6 +292,12 @@ function me.recipe(t)
   end
   if t.model == nil then error("recipe.model is required: e.g. model = me.model.gpt{ layers = 4, hidden = 128 }", 2) end
   if t.data == nil then error("recipe.data is required: e.g. data = me.data.text{ path = me.asset 'moby-dick.txt' }", 2) end
+  if getmetatable(t.model) == nil or t.model.kind == nil then
+    error("recipe.model must come from me.model.gpt{...} or me.model.llama{...}", 2)
+  end
+  if getmetatable(t.data) == nil or t.data.kind == nil then
+    error("recipe.data must come from me.data.gpt{...} or me.data.text{...}", 2)
+  end
   local r = with_defaults(t, recipe_defaults)
   for _, name in ipairs(section_names) do r[name] = with_defaults(t[name], recipe_defaults[name]) end
   r.optimizer = t.optimizer or me.optim.adamw {}

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace me::model {
 
@@ -54,5 +55,34 @@ struct TransformerConfig {
   double output_flops_per_token(int tp = 1) const;
   std::string describe() const;
 };
+
+// Calls v("name", member) for every field, in bindings/lua/fields.lua's order: the recipe
+// reader, the checkpoint's copy of the config and the test that the Lua defaults equal gpt()
+// and llama() go through it. Config may be const or not.
+template <class Config, class V,
+          std::enable_if_t<std::is_same_v<std::remove_const_t<Config>, TransformerConfig>, int> = 0>
+void visit_fields(Config& c, V&& v) {
+  v("kind", c.kind);
+  v("vocab", c.vocab);
+  v("seq", c.seq);
+  v("layers", c.layers);
+  v("hidden", c.hidden);
+  v("heads", c.heads);
+  v("query_groups", c.query_groups);
+  v("ffn_hidden", c.ffn_hidden);
+  v("ffn_multiplier", c.ffn_multiplier);
+  v("ffn_multiple_of", c.ffn_multiple_of);
+  v("vocab_divisible_by", c.vocab_divisible_by);
+  v("norm", c.norm);
+  v("activation", c.activation);
+  v("position", c.position);
+  v("bias", c.bias);
+  v("tie_embeddings", c.tie_embeddings);
+  v("norm_eps", c.norm_eps);
+  v("rope_base", c.rope_base);
+  v("init_std", c.init_std);
+  v("recompute", c.recompute);
+  v("recompute_every", c.recompute_every);
+}
 
 }  // namespace me::model

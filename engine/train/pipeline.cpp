@@ -48,70 +48,95 @@ torch::Tensor PipelineSchedule::share_loss(torch::Tensor sum) {
   return sum;
 }
 
-torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::Tensor& labels, int64_t micro,
-                                      int64_t micro_batches, double loss_scale, const Hooks& hooks) {
-  const bool first = stage_ == 0, last = stage_ == stages_ - 1;
-  const int prev = first ? -1 : stage_ - 1, next = last ? -1 : stage_ + 1;
-  auto loss_sum = torch::zeros({1}, options_.dtype(torch::kFloat));
-  held_.clear();  // a step that threw part-way may have left its GEMMs behind
-  auto mark = [&](int phase) {
-    if (hooks.mark) hooks.mark(phase);
-  };
-  auto move = [&](const torch::Tensor& out, int to, int from) { return transfer(out, to, from, tokens, micro); };
-  auto arrive = [&](Transfer& t) {
+// One train() call: the micro-batches whose backward is still to come, the loss so far, and
+// the forward / backward / transfer steps the schedule is made of.
+class PipelineSchedule::StepRun {
+ public:
+  StepRun(PipelineSchedule& p, const torch::Tensor& tokens, const torch::Tensor& labels, int64_t micro,
+          int64_t micro_batches, double loss_scale, const Hooks& hooks)
+      : p_(p), tokens_(tokens), labels_(labels), micro_(micro), micro_batches_(micro_batches),
+        loss_scale_(loss_scale), hooks_(hooks), first_(p.stage_ == 0), last_(p.stage_ == p.stages_ - 1) {
+    loss_sum = torch::zeros({1}, p.options_.dtype(torch::kFloat));
+  }
+
+  Transfer move(const torch::Tensor& out, int to, int from) { return p_.transfer(out, to, from, tokens_, micro_); }
+
+  torch::Tensor arrive(Transfer& t) {
     const bool any = t.work != nullptr;
     auto got = t.wait();
-    if (any) mark(3);
+    if (any) mark(Phase::reduce);
     return got;
-  };
+  }
 
-  // (input, output) of the micro-batches whose backward is still to come, oldest first.
-  std::deque<std::pair<torch::Tensor, torch::Tensor>> alive;
-  int64_t forwards = 0;
   // Forward of the next micro-batch; on the last stage its output is the loss.
-  auto forward = [&](torch::Tensor input) {
-    const int64_t m = forwards++;
-    if (first) input = tokens.narrow(0, m * micro, micro);
+  torch::Tensor forward(torch::Tensor input) {
+    const int64_t m = forwards_++;
+    if (first_) input = tokens_.narrow(0, m * micro_, micro_);
     else input.requires_grad_(true);  // its gradient goes back to the previous stage
     torch::Tensor out;
-    if (last) {
-      out = model_.stage_loss(input, labels.narrow(0, m * micro, micro)) / static_cast<double>(micro_batches);
+    if (last_) {
+      out = p_.model_.stage_loss(input, labels_.narrow(0, m * micro_, micro_)) / static_cast<double>(micro_batches_);
       loss_sum += out.detach().to(torch::kFloat);
     } else {
-      out = model_.forward_stage(input);
+      out = p_.model_.forward_stage(input);
     }
-    alive.emplace_back(input, out);
-    mark(1);
+    alive_.emplace_back(input, out);
+    mark(Phase::forward);
     return out;
-  };
+  }
+
   // Backward of the oldest micro-batch alive, given its output's gradient (none on the last
   // stage); returns its input's gradient (none on the first stage). Weight gradients are held
   // back in held_ under deferred_wgrads_.
-  auto backward = [&](const torch::Tensor& grad_out) {
-    const auto [input, out] = alive.front();
-    alive.pop_front();
+  torch::Tensor backward(const torch::Tensor& grad_out) {
+    const auto [input, out] = alive_.front();
+    alive_.pop_front();
     struct HoldBack {  // the sink queues weight gradients only during this backward
       parallel::MainGradSink* sink;
       ~HoldBack() {
         if (sink) sink->hold_back_into(nullptr);
       }
-    } hold{deferred_wgrads_ > 0 ? sink_ : nullptr};
+    } hold{p_.deferred_wgrads_ > 0 ? p_.sink_ : nullptr};
     if (hold.sink) {
-      held_.begin_micro_batch();
-      hold.sink->hold_back_into(&held_);
+      p_.held_.begin_micro_batch();
+      hold.sink->hold_back_into(&p_.held_);
     }
-    if (last) (loss_scale != 1.0 ? out * loss_scale : out).backward();
+    if (last_) (loss_scale_ != 1.0 ? out * loss_scale_ : out).backward();
     else torch::autograd::backward({out}, {grad_out});
-    if (hooks.after_backward) hooks.after_backward();
-    mark(2);
-    return first ? torch::Tensor() : input.grad();
-  };
+    if (hooks_.after_backward) hooks_.after_backward();
+    mark(Phase::backward);
+    return first_ ? torch::Tensor() : input.grad();
+  }
+
   // Runs held-back weight gradients, oldest first, until `keep` micro-batches' remain.
-  auto run_held = [&](size_t keep) {
-    if (held_.micro_batches() <= keep) return;
-    held_.run_down_to(keep);
-    mark(2);
-  };
+  void run_held(size_t keep) {
+    if (p_.held_.micro_batches() <= keep) return;
+    p_.held_.run_down_to(keep);
+    mark(Phase::backward);
+  }
+
+  torch::Tensor loss_sum;
+
+ private:
+  void mark(Phase phase) {
+    if (hooks_.mark) hooks_.mark(phase);
+  }
+
+  PipelineSchedule& p_;
+  const torch::Tensor &tokens_, &labels_;
+  int64_t micro_, micro_batches_;
+  double loss_scale_;
+  const Hooks& hooks_;
+  bool first_, last_;
+  std::deque<std::pair<torch::Tensor, torch::Tensor>> alive_;  // (input, output), oldest first
+  int64_t forwards_ = 0;
+};
+
+torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::Tensor& labels, int64_t micro,
+                                      int64_t micro_batches, double loss_scale, const Hooks& hooks) {
+  const int prev = stage_ > 0 ? stage_ - 1 : -1, next = stage_ < stages_ - 1 ? stage_ + 1 : -1;
+  held_.clear();  // a step that threw part-way may have left its GEMMs behind
+  StepRun run(*this, tokens, labels, micro, micro_batches, loss_scale, hooks);
   // After a backward's send, the stage keeps at most deferred_wgrads_ - 1 micro-batches' weight
   // gradients held (1: each runs right after its own input gradient has left).
   const size_t keep = deferred_wgrads_ > 0 ? static_cast<size_t>(deferred_wgrads_ - 1) : 0;
@@ -120,29 +145,27 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
   const int64_t steady = micro_batches - warmup;
   std::vector<Transfer> sends;  // sends only: waited for at the end
   for (int64_t i = 0; i < warmup; ++i) {
-    auto in = move({}, -1, prev);
-    sends.push_back(move(forward(arrive(in)), next, -1));
+    auto in = run.move({}, -1, prev);
+    sends.push_back(run.move(run.forward(run.arrive(in)), next, -1));
   }
-  Transfer input = steady > 0 ? move({}, -1, prev) : Transfer{};
+  Transfer input = steady > 0 ? run.move({}, -1, prev) : Transfer{};
   for (int64_t i = 0; i < steady; ++i) {
-    auto exchange = move(forward(arrive(input)), next, next);  // send forward, receive backward
-    const auto grad_in = backward(arrive(exchange));
-    input = move(grad_in, prev, i + 1 < steady ? prev : -1);  // send backward, receive forward
-    run_held(keep);  // while the previous stage computes the next forward
+    auto exchange = run.move(run.forward(run.arrive(input)), next, next);  // send forward, receive backward
+    const auto grad_in = run.backward(run.arrive(exchange));
+    input = run.move(grad_in, prev, i + 1 < steady ? prev : -1);  // send backward, receive forward
+    run.run_held(keep);  // while the previous stage computes the next forward
   }
   sends.push_back(std::move(input));
   for (int64_t i = 0; i < warmup; ++i) {
-    auto grad_out = move({}, -1, next);
-    if (held_.micro_batches() > 0) {  // while the gradient comes
-      held_.run_oldest();
-      mark(2);  // backward work, not the wait for the gradient
-    }
-    sends.push_back(move(backward(arrive(grad_out)), prev, -1));
-    run_held(keep);
+    auto grad_out = run.move({}, -1, next);
+    // While the gradient comes: backward work, not the wait for the gradient.
+    if (held_.micro_batches() > 0) run.run_held(held_.micro_batches() - 1);
+    sends.push_back(run.move(run.backward(run.arrive(grad_out)), prev, -1));
+    run.run_held(keep);
   }
-  run_held(0);
-  for (auto& t : sends) arrive(t);
-  return share_loss(loss_sum);
+  run.run_held(0);
+  for (auto& t : sends) run.arrive(t);
+  return share_loss(run.loss_sum);
 }
 
 torch::Tensor PipelineSchedule::forward_only(const torch::Tensor& tokens) {

@@ -28,6 +28,7 @@
 #include "engine/core/side_stream.h"
 #include "engine/model/transformer.h"
 #include "engine/parallel/main_grad.h"
+#include "engine/train/log_record.h"
 
 namespace me::train {
 
@@ -40,10 +41,10 @@ class PipelineSchedule {
                    parallel::MainGradSink* sink = nullptr);
 
   // What the trainer does around the schedule: `after_backward` drops the parameters' own
-  // grads, `mark(phase)` times the phases (LogRecord::kPhaseNames indices; 3 is communication).
+  // grads, `mark(phase)` times the phases (the waits for transfers count as Phase::reduce).
   struct Hooks {
     std::function<void()> after_backward;
-    std::function<void(int phase)> mark;
+    std::function<void(Phase phase)> mark;
   };
 
   // Forward and backward of `micro_batches` micro-batches of `micro` rows of tokens/labels
@@ -61,6 +62,8 @@ class PipelineSchedule {
   int stages() const { return stages_; }
 
  private:
+  class StepRun;  // one train() call's micro-batches in flight (pipeline.cpp)
+
   // A send_recv batch on its way; wait() returns what it receives (once that has arrived, for
   // the compute stream) and, with it, the end of its send.
   struct Transfer {

@@ -4,6 +4,12 @@
 // over data parallelism as they fill; then the optimizer clips by the global norm, steps at
 // the scheduled learning rate and writes the weights back. Tensor-parallel ranks and pipeline
 // stages see the same batches.
+//
+// A Trainer is built in named steps, in this order (trainer.cpp): the spec is validated; the
+// ranks connect (communicator and parallel groups); the batch plan is made (global batch,
+// accumulation, iterations); the data opens; the model is built on this rank's pipeline stage
+// and tensor-parallel slice; the optimizer gets its master weights and gradient buffer; the
+// pipeline schedule ties them together.
 #pragma once
 #include <torch/torch.h>
 
@@ -15,6 +21,7 @@
 #include "engine/optim/master_optimizer.h"
 #include "engine/parallel/symmetric_slots.h"
 #include "engine/train/grad_buffer.h"
+#include "engine/train/log_record.h"
 #include "engine/train/pipeline.h"
 #include "engine/train/run_spec.h"
 #include "engine/train/train_data.h"
@@ -29,11 +36,34 @@ struct StepResult {
 
 struct Summary {
   int64_t iterations = 0;
-  double first_loss = 0, last_loss = 0, val_loss = -1;
+  double first_loss = 0, last_loss = 0;  // the first and the last step's loss
+  double val_loss = -1;
   double tokens_per_s = 0;
   int64_t skipped = 0;
   std::string sample;  // decoded text sampled at the end, if asked for
   std::vector<double> losses;  // every step's loss (global-batch mean)
+};
+
+// How a step's samples split over the ranks and micro-batches (global = micro x dp x
+// accumulation), and how many steps the run has.
+struct BatchPlan {
+  int64_t dp = 1, dp_rank = 0;
+  int64_t global = 0, accumulation = 1, iters = 0;
+};
+
+// Times the phases of a step (train.profile_phases): mark(p) charges the time since the last
+// mark to phase p, synchronising the GPU first so the phases do not overlap.
+class PhaseTimer {
+ public:
+  PhaseTimer(bool on, bool cuda) : on_(on), cuda_(cuda) {}
+  void start();
+  void mark(Phase phase);
+  PhaseTimes take(int64_t steps);  // mean ms per step since the last take, and restart
+
+ private:
+  bool on_, cuda_;
+  PhaseTimes total_;
+  double last_ = 0;
 };
 
 class Trainer {
@@ -56,18 +86,31 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return data_->consumed_samples(); }
   TrainData& data() { return *data_; }
-  int64_t iters() const { return iters_; }
-  int64_t global_batch() const { return global_batch_; }
-  void set_on_log(std::function<void(const LogRecord&)> hook) { spec_.on_log = std::move(hook); }
+  int64_t iters() const { return plan_.iters; }
+  int64_t global_batch() const { return plan_.global; }
+  void set_on_log(std::function<void(const LogRecord&)> hook) { spec_.hooks.on_log = std::move(hook); }
 
  private:
+  // The constructor's steps, in order.
+  void connect();
+  void plan_batches();
+  void open_data();
+  void build_model();
+  void build_optimizer();
+  void build_pipeline();
+
+  void log_start() const;
   void log_line(const LogRecord& r) const;
   bool is_logging_rank() const;
+  double step_lr() const;
 
   RunSpec spec_;
   torch::Device device_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::ParallelGroups> groups_;
+  BatchPlan plan_;
+  optim::LRSchedule lr_schedule_;
+  model::PipelineStage stage_;
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<parallel::SymmetricSlots> tp_slots_;  // parallel.tp_symmetric_mb > 0
   model::Transformer model_{nullptr};
@@ -78,15 +121,10 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   std::vector<size_t> sequence_parallel_params_;
   int64_t shared_embedding_param_ = -1;  // index of the tied word embedding shared by pipeline stages
-  int64_t dp_ = 1, dp_rank_ = 0, accumulation_ = 1, global_batch_ = 0, iters_ = 0;
   int64_t iteration_ = 0, skipped_ = 0, nan_ = 0;
   double flops_per_iteration_ = 0;
   torch::Tensor last_loss_;
-  // train.profile_phases: ms spent in each phase (LogRecord::kPhaseNames) since the last log;
-  // "reduce" is what backward left of the gradient reduction.
-  double phase_ms_[5] = {0, 0, 0, 0, 0};
-  double phase_mark_ = 0;
-  void mark_phase(int phase);
+  PhaseTimer phases_;
 };
 
 }  // namespace me::train

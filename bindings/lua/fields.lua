@@ -1,0 +1,200 @@
+-- Every recipe field: its default and one line of help, beside each other. This is the one
+-- source of defaults: the constructors (me.recipe, me.model.gpt, me.optim.adamw, ...), the
+-- override parser, `megaengine --fields` and help() read it; the C++ side reads values only
+-- (bindings/lua_recipe.cpp), so nothing here is declared twice.
+--
+-- A section is an ordered list of { name, default, help [, type] }; type defaults to the
+-- default's Lua type (integer, number, boolean, string). Real-valued fields have real
+-- defaults (25.0, not 25): an override's type follows the default.
+local F = { sections = {} }
+
+local function section(name, fields, doc)
+  local s = { name = name, fields = fields, doc = doc }
+  F.sections[#F.sections + 1] = s
+  F[name] = s
+  return s
+end
+
+-- A section built from another one with some defaults replaced (the model families, the
+-- schedule kinds): the fields and their help stay in one place.
+local function variant(name, base, defaults, doc)
+  local fields = {}
+  for i, f in ipairs(base.fields) do
+    local d = defaults[f[1]]
+    if d == nil then d = f[2] end
+    fields[i] = { f[1], d, f[3], f[4] }
+  end
+  return section(name, fields, doc)
+end
+
+section("recipe", {
+  { "name", "run", "the run's name, in its log lines and checkpoints" },
+  { "device", "cpu", "cpu, cuda or cuda:N (each rank takes its local GPU under several ranks)" },
+  { "seed", 1234, "seeds the weights, the data order and sampling; the same seed gives the same run at every layout" },
+  { "precision", "fp32", "fp32 | bf16 (bf16 weights and activations, fp32 masters) | fp16 (adds loss scaling)" },
+  { "model", false, "the model: me.model.gpt{...} or me.model.llama{...}", "model" },
+  { "data", false, "the data: me.data.gpt{...} (Megatron .bin/.idx) or me.data.text{...} (bytes of a file)", "data" },
+  { "optimizer", false, "me.optim.adamw{...} (the default) or me.optim.sgd{...}", "optimizer" },
+  { "schedule", false, "me.schedule.cosine{...} (the default), constant, linear, inverse_sqrt or wsd", "schedule" },
+  { "on_log", false, "function(record) called at every log interval with the progress line's numbers", "function" },
+}, "the top level of `me.recipe { ... }`; each table-valued section below has its own fields")
+
+-- The engine's TransformerConfig, with GPT's defaults; LLaMA's differ where noted below.
+local model = section("model", {
+  { "kind", "gpt", "gpt | llama: the family whose defaults fill the other fields" },
+  { "vocab", 256, "the tokenizer's vocabulary; padded to a multiple of vocab_divisible_by x tp" },
+  { "seq", 128, "sequence length in tokens" },
+  { "layers", 4, "transformer layers" },
+  { "hidden", 128, "hidden size" },
+  { "heads", 4, "attention heads" },
+  { "query_groups", 0, "key/value heads for grouped-query attention; 0: as many as heads" },
+  { "ffn_hidden", 0, "MLP width; 0: the family's rule (4 x hidden; LLaMA: 2/3 x 4 x hidden x ffn_multiplier, rounded)" },
+  { "ffn_multiplier", 1.0, "LLaMA's ffn_dim_multiplier (1.3 for 70B)" },
+  { "ffn_multiple_of", 256, "LLaMA rounds the MLP width up to a multiple of this" },
+  { "vocab_divisible_by", 128, "the vocabulary is padded to a multiple of this x tp, as Megatron does" },
+  { "norm", "layernorm", "layernorm | rmsnorm" },
+  { "activation", "gelu", "gelu (tanh form) | swiglu" },
+  { "position", "learned", "learned position embeddings | rope" },
+  { "bias", true, "biases in the linear layers and norms" },
+  { "tie_embeddings", true, "the output layer shares the word embedding's weight" },
+  { "norm_eps", 1e-5, "epsilon of the norms" },
+  { "rope_base", 10000.0, "RoPE's base (theta)" },
+  { "init_std", 0.02, "weights ~ N(0, init_std); residual output projections use init_std / sqrt(2 x layers)" },
+  { "recompute", "none", "none | selective (the attention core) | full (whole layers): compute traded for memory" },
+  { "recompute_every", 1, "with recompute = full: every k-th layer" },
+}, "me.model.gpt{...} and me.model.llama{...}")
+F.model_families = {
+  gpt = variant("model.gpt", model, {}, "me.model.gpt{...}: learned positions, LayerNorm, GeLU, biases, tied embeddings"),
+  llama = variant("model.llama", model, { kind = "llama", vocab = 32000, norm = "rmsnorm", activation = "swiglu",
+                                         position = "rope", bias = false, tie_embeddings = false },
+                  "me.model.llama{...}: RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases, untied output"),
+}
+
+section("data.text", {
+  { "kind", "text", "text: the bytes of one file, each byte a token (no tokenizer)" },
+  { "path", "", "the text file (required)" },
+  { "holdout", 0.05, "the share of the file held out for validation" },
+}, "me.data.text{...}: a byte-level dataset that needs no preprocessing")
+section("data.gpt", {
+  { "kind", "gpt", "gpt: Megatron's .bin/.idx datasets and GPT sample index" },
+  { "prefix", "", "one dataset: the path of its .bin/.idx without the extension" },
+  { "blend", {}, "several datasets: { {weight, prefix}, ... } (instead of prefix)", "table" },
+  { "split", "969,30,1", "train, validation and test shares of the documents, as Megatron's --split" },
+  { "cache_dir", "", "where the sample-index caches go; empty: next to the data" },
+  { "eod_mask_loss", false, "no loss where the input token is end-of-document" },
+  { "tokenizer", false, "me.tokenizer.gpt2{} or me.tokenizer.sentencepiece{...}: for source and samples", "tokenizer" },
+  { "source", "", "a text or jsonl file preprocessed into prefix when that is missing or older" },
+  { "source_format", "text", "text (a document per blank-line separated paragraph) | jsonl" },
+  { "json_key", "text", "the jsonl field holding the document" },
+}, "me.data.gpt{...}: Megatron-compatible data")
+section("tokenizer.gpt2", {
+  { "kind", "gpt2", "GPT-2's byte-level BPE" },
+  { "vocab_file", "", "encoder.json / vocab.json; empty: the fetched assets" },
+  { "merge_file", "", "vocab.bpe / merges.txt; empty: the fetched assets" },
+}, "me.tokenizer.gpt2{...}")
+section("tokenizer.sentencepiece", {
+  { "kind", "sentencepiece", "SentencePiece (LLaMA's tokenizer.model)" },
+  { "model_file", "", "the tokenizer.model file (required)" },
+}, "me.tokenizer.sentencepiece{...}")
+
+section("optimizer.adamw", {
+  { "kind", "adamw", "AdamW with decoupled weight decay, fp32 master weights" },
+  { "lr", 1e-3, "the peak learning rate (the schedule's maximum)" },
+  { "betas", { 0.9, 0.95 }, "{beta1, beta2}", "table" },
+  { "eps", 1e-8, "Adam's epsilon" },
+  { "weight_decay", 0.1, "decoupled weight decay of matrices (not of biases and norms)" },
+  { "clip", 1.0, "clip gradients to this global norm; 0: no clipping" },
+}, "me.optim.adamw{...}")
+section("optimizer.sgd", {
+  { "kind", "sgd", "SGD with momentum" },
+  { "lr", 1e-2, "the peak learning rate" },
+  { "momentum", 0.9, "momentum" },
+  { "weight_decay", 0.0, "weight decay of matrices" },
+  { "clip", 1.0, "clip gradients to this global norm; 0: no clipping" },
+}, "me.optim.sgd{...}")
+
+local schedule = section("schedule", {
+  { "kind", "cosine", "constant | linear | cosine | inverse-square-root | wsd" },
+  { "warmup_iters", 0, "linear warm-up from 0 over this many iterations" },
+  { "decay_iters", 0, "the iteration where decay ends at min_lr; 0: train.iters" },
+  { "min_lr", 0.0, "the learning rate after decay" },
+  { "wsd_decay_iters", 0, "wsd: the length of the final linear anneal" },
+  { "warmup_samples", 0, "warm-up in samples (Megatron's --lr-warmup-samples); any *_samples > 0 counts the schedule in samples" },
+  { "decay_samples", 0, "decay in samples (--lr-decay-samples); 0: the whole run" },
+  { "wsd_decay_samples", 0, "wsd's anneal in samples" },
+}, "me.schedule.<kind>{...}")
+F.schedule_kinds = {}
+for _, kind in ipairs({ "constant", "linear", "cosine", "inverse_sqrt", "wsd" }) do
+  F.schedule_kinds[kind] = variant("schedule." .. kind, schedule,
+    { kind = kind == "inverse_sqrt" and "inverse-square-root" or kind }, "me.schedule." .. kind .. "{...}")
+end
+
+section("batch", {
+  { "micro", 8, "samples per micro-batch on each data-parallel rank" },
+  { "global", 0, "samples per step = micro x dp x accumulation steps; 0: micro x dp (no accumulation)" },
+}, "recipe.batch")
+section("parallel", {
+  { "tp", 1, "tensor-parallel size: each layer split over this many GPUs (keep it inside a node)" },
+  { "pp", 1, "pipeline-parallel size: the layers cut into this many stages, run in 1F1B order" },
+  { "pp_first_layers", 0, "layers of the first pipeline stage (it also holds the embedding); 0: an even share" },
+  { "pp_last_layers", 0, "layers of the last stage (it also holds the output layer); 0: an even share" },
+  { "pp_split", "even", "even | balanced (the first and last stages' layers chosen from the model's FLOPs)" },
+  { "pp_deferred_wgrads", 1, "micro-batches of weight gradients a stage holds back into its idle time; 0: plain 1F1B" },
+  { "sequence_parallel", false, "split norms, dropout and the residual stream over the tokens across tp (needs tp > 1 to matter)" },
+  { "distributed_optimizer", false, "ZeRO-1: masters and optimizer state sharded over data parallelism" },
+  { "bucket_mb", 25.0, "gradient bucket size in MiB; each bucket is reduced as soon as backward fills it" },
+  { "grad_accumulation_fusion", true, "weight-gradient GEMMs write straight into the main-grad buffer" },
+  { "tp_comm_overlap", true, "tensor-parallel collectives run beside the GEMMs (a side stream on the GPU)" },
+  { "tp_comm_sm_margin", 0, "multiprocessors the GEMMs leave free while a TP collective runs beside them" },
+  { "overlap_param_gather", true, "distributed optimizer: parameter all-gathers overlap the next forward" },
+  { "symmetric_buffers", "none", "none | params | all: data-parallel buffers registered as NCCL symmetric windows" },
+  { "grad_reduce_dtype", "fp32", "fp32 | bf16 (with precision = bf16): the dtype gradients accumulate and reduce in" },
+  { "tp_symmetric_mb", 0.0, "MiB of activation buffers registered for the sequence-parallel all-gathers; 0: off" },
+}, "recipe.parallel: the layout; dp is what is left of the world (world / (tp x pp))")
+section("comm", {
+  { "backend", "auto", "auto (nccl on cuda, gloo on cpu) | nccl | gloo" },
+  { "timeout_s", 600.0, "a collective that takes longer ends the job, naming the rank that did not arrive" },
+  { "heartbeat_s", 1.0, "how often each rank publishes its heartbeat and progress" },
+  { "nccl_cta_policy", "default", "default | efficiency | zero: NCCL's thread-block policy for every communicator" },
+}, "recipe.comm: the communicators")
+section("train", {
+  { "iters", 100, "optimizer steps to train" },
+  { "samples", 0, "> 0: train this many samples instead (iters = samples / global batch, rounded up)" },
+  { "log_interval", 10, "iterations between progress lines" },
+  { "eval_interval", 0, "iterations between evaluations; 0: only at the end" },
+  { "eval_iters", 10, "validation batches per evaluation; 0: no evaluation (benchmark mode)" },
+  { "peak_tflops", 0.0, "the GPU's bf16 peak, for MFU in the progress line; 0: no MFU" },
+  { "profile_phases", false, "synchronise between a step's phases and log where the time goes (slower)" },
+  { "profile_at", 0, "> 0: a kernel profile of the iterations from this one" },
+  { "profile_steps", 3, "iterations the kernel profile covers" },
+  { "profile_trace", "", "where the profile's Chrome trace goes (one per rank); empty: none" },
+}, "recipe.train: how long, and what to log")
+section("sample", {
+  { "prompt", "\n", "the text a sample starts from" },
+  { "tokens", 0, "tokens sampled at the end of the run; 0: no sample" },
+  { "top_k", 1, "sample among the k likeliest tokens (1: greedy)" },
+  { "temperature", 1.0, "softmax temperature of the sampling" },
+}, "recipe.sample: text generated at the end of the run; trainer:sample{} takes the same fields")
+section("log", {
+  { "level", "info", "trace | debug | info | warn | error | off (ME_LOG_LEVEL wins)" },
+}, "recipe.log")
+
+-- { name = default } of a section.
+function F.defaults(name)
+  local s = assert(F[name], "no field section " .. tostring(name))
+  local out = {}
+  for _, f in ipairs(s.fields) do out[f[1]] = f[2] end
+  return out
+end
+
+function F.type_of(f)
+  if f[4] then return f[4] end
+  local v = f[2]
+  if math.type(v) == "integer" then return "integer" end
+  return type(v)
+end
+
+-- The sections whose fields a recipe table holds directly (recipe.parallel.tp, ...).
+F.recipe_sections = { "batch", "parallel", "comm", "train", "sample", "log" }
+
+return F

@@ -1,0 +1,32 @@
+// What one progress line says, as data: the trainer fills it at every log interval, prints it
+// (Megatron's line) and hands it to Lua hooks (`on_log`) and the metrics writers.
+#pragma once
+#include <array>
+#include <cstdint>
+
+namespace me::train {
+
+// The phases of a training step, as train.profile_phases times them.
+enum class Phase { data, forward, backward, reduce, optimizer };
+inline constexpr int kPhaseCount = 5;
+inline constexpr std::array<const char*, kPhaseCount> kPhaseNames = {"data", "forward", "backward", "reduce",
+                                                                     "optimizer"};
+inline const char* phase_name(Phase p) { return kPhaseNames[static_cast<int>(p)]; }
+
+// Milliseconds per phase, indexed by Phase.
+struct PhaseTimes {
+  std::array<double, kPhaseCount> ms{};
+  double& operator[](Phase p) { return ms[static_cast<int>(p)]; }
+  double operator[](Phase p) const { return ms[static_cast<int>(p)]; }
+  bool any() const { return ms[static_cast<int>(Phase::forward)] > 0; }
+};
+
+struct LogRecord {
+  int64_t iteration = 0, iters = 0, consumed_samples = 0, global_batch = 0, skipped = 0, nan = 0;
+  double lr = 0, loss = 0, grad_norm = 0, ms_per_iter = 0, tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;
+  double val_loss = -1;   // < 0 when no evaluation ran at this iteration
+  double loss_scale = 0;  // fp16 only
+  PhaseTimes phases;      // train.profile_phases: mean ms per iteration over the log window
+};
+
+}  // namespace me::train
