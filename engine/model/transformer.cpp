@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "engine/core/autograd_state.h"
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
@@ -20,17 +21,17 @@ namespace {
 
 // Activation recomputation: run the wrapped function without keeping its activations, and
 // again (with grad) during backward. The function belongs to a module that outlives the
-// graph; it travels through saved_data as an address because IValue cannot hold it.
+// graph; backward finds it in saved_data.
 using BlockFn = std::function<Residual(const Residual&)>;
 using Fn3 = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
 
 // A whole block: the residual stream in (one tensor, the sum: what is kept until backward) and
 // out as {x, delta}.
 struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
-  static variable_list forward(AutogradContext* ctx, const torch::Tensor& stream, int64_t fn) {
-    ctx->saved_data["fn"] = fn;
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& stream, const BlockFn* fn) {
+    save_state(ctx, "fn", fn);
     ctx->save_for_backward({stream});
-    auto out = (*reinterpret_cast<BlockFn*>(fn))(Residual{stream, {}});
+    auto out = (*fn)(Residual{stream, {}});
     return {out.x, out.delta};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -38,7 +39,7 @@ struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
     Residual out;
     {
       torch::AutoGradMode enable(true);
-      out = (*reinterpret_cast<BlockFn*>(ctx->saved_data["fn"].toInt()))(Residual{stream, {}});
+      out = (*saved_state<const BlockFn*>(ctx, "fn"))(Residual{stream, {}});
     }
     torch::autograd::backward({out.x, out.delta}, {grads[0], grads[1]});
     return {stream.grad(), torch::Tensor()};
@@ -47,10 +48,10 @@ struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
 
 struct Recompute3 : public torch::autograd::Function<Recompute3> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
-                               const torch::Tensor& c, int64_t fn) {
-    ctx->saved_data["fn"] = fn;
+                               const torch::Tensor& c, const Fn3* fn) {
+    save_state(ctx, "fn", fn);
     ctx->save_for_backward({a, b, c});
-    return (*reinterpret_cast<Fn3*>(fn))(a, b, c);
+    return (*fn)(a, b, c);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
@@ -59,7 +60,7 @@ struct Recompute3 : public torch::autograd::Function<Recompute3> {
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
-      y = (*reinterpret_cast<Fn3*>(ctx->saved_data["fn"].toInt()))(in[0], in[1], in[2]);
+      y = (*saved_state<const Fn3*>(ctx, "fn"))(in[0], in[1], in[2]);
     }
     // The attention core has no parameters: take the input gradients as autograd makes them
     // (a leaf's .grad() would be re-laid out, and later sums would round differently).
@@ -133,7 +134,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
     }
   }
   auto y = selective_recompute_ && q.requires_grad()
-               ? Recompute3::apply(q, k, v, reinterpret_cast<int64_t>(&core_fn_))
+               ? Recompute3::apply(q, k, v, &core_fn_)
                : core(q, k, v);
   y = y.transpose(1, 2).reshape({y.size(0), y.size(2), heads_ * head_dim_});
   return proj_->forward(y);
@@ -180,7 +181,7 @@ Residual BlockImpl::forward(const Residual& in) {
   if (recompute_ && in.x.requires_grad()) {
     // The pending add happens outside, so the block keeps one tensor (the stream), not two: its
     // first norm is then a plain one.
-    auto out = RecomputeBlock::apply(in.sum(), reinterpret_cast<int64_t>(&body_fn_));
+    auto out = RecomputeBlock::apply(in.sum(), &body_fn_);
     return {out[0], out[1]};
   }
   return body(in);

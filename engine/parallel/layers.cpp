@@ -1,5 +1,6 @@
 #include "engine/parallel/layers.h"
 
+#include "engine/core/autograd_state.h"
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
@@ -178,6 +179,22 @@ torch::Tensor gathered_grad(const torch::Tensor& dy, const TensorParallel& tp, c
   return full;
 }
 
+// The linear functions below take their tensors as one TensorList and exactly one other
+// argument (a LinearCall or a LinearComm). A backward returns the gradients in the order of
+// the inputs, then nothing for that argument; autograd drops trailing undefined ones (a missing
+// bias's, the argument's), so no list needs counting.
+variable_list input_grads(std::initializer_list<torch::Tensor> tensor_grads) {
+  variable_list out(tensor_grads);
+  out.emplace_back();  // the one non-tensor argument
+  return out;
+}
+
+// A LinearMainGrad call: how the layer communicates, and whether GeLU joins the GEMM.
+struct LinearCall {
+  LinearComm comm;
+  bool gelu = false;
+};
+
 // LinearMainGrad's forward arithmetic, the same with autograd and without (recomputation runs
 // the forward both ways and must get the same numbers): {the input as the GEMM saw it, output}.
 struct LinearForward {
@@ -185,8 +202,9 @@ struct LinearForward {
   kernels::Activated y;
 };
 LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
-                             const TensorParallel* tp, const TensorParallel* out_tp, bool gelu) {
+                             const LinearComm& comm, bool gelu) {
   LinearForward f;
+  const auto* tp = comm.column_tp();
   if (tp && tp->sequence_parallel && tp->overlap_comm) {
     auto sizes = gathered_tokens_shape(in, tp->size());
     sizes.back() = w.size(0);
@@ -200,35 +218,41 @@ LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, co
     return f;
   }
   f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
-  if (out_tp) f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, [&](const torch::Tensor& r) { return linear_bias(r, w, b); });
+  if (const auto* out_tp = comm.row_tp())
+    f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, [&](const torch::Tensor& r) { return linear_bias(r, w, b); });
   else if (gelu) f.y = gelu_epilogue(f.x, w, b);
   else f.y.pre = linear_bias(f.x, w, b);
   return f;
 }
 
-// y = x w^T + b whose weight gradients go through weight_grads (gradient-accumulation fusion).
-// With input_tp (a column-parallel layer's input): forward all-gathers the tokens first under
-// sequence parallelism, computing the GEMM on this rank's own tokens while the others arrive;
-// backward reduces the input gradient over TP (all-reduce, or reduce-scatter of the tokens) on a
-// side stream while the weight-gradient GEMM runs: Megatron's
-// LinearWithGradAccumulationAndAsyncCommunication. With output_tp (a row-parallel layer under
-// sequence parallelism): the output is reduce-scattered over the tokens, overlapped with the GEMM
-// (reduce_scattered), and backward all-gathers its gradient overlapped with the input-gradient GEMM.
-// With gelu: outputs {pre, gelu(pre)} from one GEMM (GeLU in cuBLASLt's epilogue); the second
-// carries no gradient (gelu_linear, its consumer, differentiates through pre).
-// Inputs {x, w} or {x, w, b} (an autograd function's inputs must be defined tensors).
+// The input gradient of a column layer's input, reduced over TP (all-reduce, or reduce-scatter
+// of the tokens under sequence parallelism), on a side stream when the layer overlaps its
+// collectives; `join` waits for it.
+void reduce_input_grad(torch::Tensor& dx, const TensorParallel& tp, std::function<void()>& join) {
+  auto full = dx;
+  auto reduce = [&dx, full, &tp] {
+    if (tp.sequence_parallel) dx = reduce_scatter_tokens(full, *tp.group);
+    else tp.group->all_reduce(dx, comm::ReduceOp::sum);
+  };
+  if (tp.overlap_comm) join = start_collective({full}, reduce, &dx);
+  else reduce();
+}
+
+// y = x w^T + b communicating as its LinearComm says (layers.h), the weight gradients through
+// weight_grads (gradient-accumulation fusion). With gelu: outputs {pre, gelu(pre)} from one
+// GEMM (GeLU in cuBLASLt's epilogue); the second carries no gradient (gelu_linear, its consumer,
+// differentiates through pre). Inputs {x, w} or {x, w, b} (an autograd function's inputs must be
+// defined tensors).
 struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t input_tp,
-                               int64_t output_tp, bool gelu) {
-    ctx->saved_data["sink"] = sink;
-    ctx->saved_data["tp"] = input_tp;
-    ctx->saved_data["out_tp"] = output_tp;
+  static variable_list forward(AutogradContext* ctx, at::TensorList in, const LinearCall& call) {
+    const auto& comm = call.comm;
+    const bool gelu = call.gelu;
+    save_state(ctx, "comm", comm);
     // gelu(pre) never has a gradient: without this LibTorch would zero-fill one for it, a full
     // [tokens, 4h] pass per layer.
     ctx->set_materialize_grads(false);
     const auto b = in.size() > 2 ? in[2] : torch::Tensor();
-    auto f = linear_forward(in[0], in[1], b, reinterpret_cast<const TensorParallel*>(input_tp),
-                            reinterpret_cast<const TensorParallel*>(output_tp), gelu);
+    auto f = linear_forward(in[0], in[1], b, comm, gelu);
     auto saved = in.vec();
     saved[0] = f.x;
     ctx->save_for_backward(saved);
@@ -240,13 +264,10 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1];
     const auto b = saved.size() > 2 ? saved[2] : torch::Tensor();
-    auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
-    const auto* tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["tp"].toInt());
-    const auto* out_tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["out_tp"].toInt());
-    const size_t inputs = saved.size() + 4;  // the tensors, sink, tp, out_tp, gelu
-    if (!grads[0].defined()) return variable_list(inputs);  // nothing flowed back
+    const auto& comm = saved_state<LinearComm>(ctx, "comm");
+    if (!grads[0].defined()) return {};  // nothing flowed back
     torch::Tensor dy, dx;
-    if (out_tp) {
+    if (const auto* out_tp = comm.row_tp()) {
       dx = torch::empty(x.sizes(), x.options());
       const auto dx2 = rows_in(dx);
       dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
@@ -258,54 +279,42 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       dx = dy.mm(w).view(x.sizes());
     }
     std::function<void()> join = [] {};
-    if (tp) {
-      auto full = dx;
-      auto reduce = [&] {
-        if (tp->sequence_parallel) dx = reduce_scatter_tokens(full, *tp->group);
-        else tp->group->all_reduce(dx, comm::ReduceOp::sum);
-      };
-      if (tp->overlap_comm) join = start_collective({full}, reduce, &dx);
-      else reduce();
-    }
+    const auto* tp = comm.column_tp();
+    if (tp) reduce_input_grad(dx, *tp, join);
     torch::Tensor dw, db;
     if (ctx->needs_input_grad(1) || (b.defined() && ctx->needs_input_grad(2))) {  // not for a frozen layer
       std::optional<SmMarginForCollective> margin;
       if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
-      std::tie(dw, db) = weight_grads(dy, rows_of(x), w, b, sink);
+      std::tie(dw, db) = weight_grads(dy, rows_of(x), w, b, comm.sink);
     }
     join();
-    auto out = variable_list{dx, dw};
-    if (b.defined()) out.push_back(db);
-    out.resize(inputs);
-    return out;
+    return input_grads({dx, dw, db});
   }
 };
 
 // GeluLinearMainGrad's forward, with autograd or without.
 torch::Tensor gelu_linear_forward(const torch::Tensor& act, const torch::Tensor& w, const torch::Tensor& b,
-                                  const TensorParallel* out_tp) {
-  if (out_tp) return reduce_scattered(act, w.size(0), *out_tp, [&](const torch::Tensor& r) { return linear_bias(r, w, b); });
+                                  const LinearComm& comm) {
+  if (const auto* out_tp = comm.row_tp())
+    return reduce_scattered(act, w.size(0), *out_tp, [&](const torch::Tensor& r) { return linear_bias(r, w, b); });
   return linear_bias(act, w, b);
 }
 
 // y = act w^T + b where act = gelu(pre) came from LinearMainGrad's epilogue: backward forms
-// pre's gradient (dy w) * gelu'(pre) in the input-gradient GEMM's epilogue. With output_tp, as
-// LinearMainGrad's: the output reduce-scattered over the tokens, overlapped both ways.
+// pre's gradient (dy w) * gelu'(pre) in the input-gradient GEMM's epilogue. As a row layer,
+// as LinearMainGrad's: the output reduce-scattered over the tokens, overlapped both ways.
 // Inputs {pre, act, w} or {pre, act, w, b}.
 struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad> {
-  static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, int64_t sink, int64_t output_tp) {
-    ctx->saved_data["sink"] = sink;
-    ctx->saved_data["out_tp"] = output_tp;
+  static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, const LinearComm& comm) {
+    save_state(ctx, "comm", comm);
     ctx->save_for_backward(in.vec());
-    return gelu_linear_forward(in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor(),
-                               reinterpret_cast<const TensorParallel*>(output_tp));
+    return gelu_linear_forward(in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor(), comm);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto &pre = saved[0], &act = saved[1], &w = saved[2];
     const auto b = saved.size() > 3 ? saved[3] : torch::Tensor();
-    auto* sink = reinterpret_cast<MainGradSink*>(ctx->saved_data["sink"].toInt());
-    const auto* out_tp = reinterpret_cast<const TensorParallel*>(ctx->saved_data["out_tp"].toInt());
+    const auto& comm = saved_state<LinearComm>(ctx, "comm");
     auto dpre = torch::empty(pre.sizes(), pre.options());
     const auto dpre2 = rows_in(dpre), pre2 = rows_of(pre);
     auto rows_into = [&](const torch::Tensor& rows, int64_t first) {
@@ -313,7 +322,7 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
       dgelu_into(rows, w, pre2.narrow(0, first, n), dpre2.narrow(0, first, n));
     };
     torch::Tensor dy;
-    if (out_tp) {
+    if (const auto* out_tp = comm.row_tp()) {
       dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, rows_into));
     } else {
       dy = rows_of(grads[0]);
@@ -321,56 +330,47 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
     }
     torch::Tensor dw, db;
     if (ctx->needs_input_grad(2) || (b.defined() && ctx->needs_input_grad(3)))  // not for a frozen layer
-      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, b, sink);
-    auto out = variable_list{dpre, torch::Tensor(), dw};
-    if (b.defined()) out.push_back(db);
-    out.resize(saved.size() + 2);  // the tensors, sink, out_tp
-    return out;
+      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, b, comm.sink);
+    return input_grads({dpre, torch::Tensor(), dw, db});
   }
 };
 
-// A row-parallel layer's group when its output is reduce-scattered inside the GEMM's function
-// (active, sequence parallelism); null otherwise.
-const TensorParallel* fused_output_tp(const TensorParallel* tp, const torch::Tensor& b) {
-  if (!tp || !tp->active()) return nullptr;
-  ME_CHECK(tp->sequence_parallel, "linear: output_tp is for sequence parallelism (without it the mapping all-reduces)");
-  ME_CHECK(!b.defined(), "linear: with output_tp the bias is added after the reduction, by the caller");
-  return tp;
+// A row layer's output is reduce-scattered inside the GEMM's function only under sequence
+// parallelism (without it the layer all-reduces after the GEMM), and its bias is added after.
+void check_row(const LinearComm& comm, const torch::Tensor& b) {
+  if (!comm.row_tp()) return;
+  ME_CHECK(comm.tp->sequence_parallel, "linear: a row role is for sequence parallelism (without it the layer all-reduces)");
+  ME_CHECK(!b.defined(), "linear: a row layer's bias is added after the reduction, by the caller");
 }
 }  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
-                     const TensorParallel* input_tp, const TensorParallel* output_tp) {
-  if (input_tp && !input_tp->active()) input_tp = nullptr;
-  output_tp = fused_output_tp(output_tp, b);
-  ME_CHECK(!(input_tp && output_tp), "linear: a layer is column-parallel (input_tp) or row-parallel (output_tp), not both");
-  if (!input_tp && !output_tp && (!sink || !torch::GradMode::is_enabled() || !w.requires_grad()))
-    return linear_bias(x, w, b);
-  if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, input_tp, output_tp, false).y.pre;
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm) {
+  check_row(comm, b);
+  const bool communicates = comm.column_tp() || comm.row_tp();
+  if (!communicates && (!comm.sink || !torch::GradMode::is_enabled() || !w.requires_grad())) return linear_bias(x, w, b);
+  if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, comm, false).y.pre;
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   // As a TensorList: a std::vector would be taken for a non-tensor argument (no gradient).
-  return LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
-                               reinterpret_cast<int64_t>(input_tp), reinterpret_cast<int64_t>(output_tp), false)[0];
+  return LinearMainGrad::apply(at::TensorList(in), LinearCall{comm, false})[0];
 }
 
 kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                               MainGradSink* sink, const TensorParallel* input_tp) {
-  if (input_tp && !input_tp->active()) input_tp = nullptr;
-  if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, input_tp, nullptr, true).y;
+                               const LinearComm& comm) {
+  ME_CHECK(comm.role != LinearComm::Role::row, "linear_gelu: the GeLU epilogue is a column (or local) layer's");
+  if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, comm, true).y;
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
-  auto out = LinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
-                                   reinterpret_cast<int64_t>(input_tp), int64_t{0}, true);
+  auto out = LinearMainGrad::apply(at::TensorList(in), LinearCall{comm, true});
   return {out[0], out[1]};
 }
 
 torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
-                          MainGradSink* sink, const TensorParallel* output_tp) {
-  output_tp = fused_output_tp(output_tp, b);
+                          const LinearComm& comm) {
+  ME_CHECK(comm.role != LinearComm::Role::column, "gelu_linear: the dGeLU epilogue is a row (or local) layer's");
+  check_row(comm, b);
   if (!torch::GradMode::is_enabled() || (!w.requires_grad() && !a.pre.requires_grad()))
-    return gelu_linear_forward(a.out, w, b, output_tp);
+    return gelu_linear_forward(a.out, w, b, comm);
   const auto in = b.defined() ? variable_list{a.pre, a.out, w, b} : variable_list{a.pre, a.out, w};
-  return GeluLinearMainGrad::apply(at::TensorList(in), reinterpret_cast<int64_t>(sink),
-                                   reinterpret_cast<int64_t>(output_tp));
+  return GeluLinearMainGrad::apply(at::TensorList(in), comm);
 }
 
 void attach_main_grads(torch::nn::Module& model, MainGradSink* sink) {
@@ -393,12 +393,12 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) { return
 kernels::Activated ColumnParallelLinearImpl::forward_gelu(const torch::Tensor& x) {
   ME_CHECK(!gather_output_, "forward_gelu: a column-parallel layer gathering its output feeds no row-parallel one");
   if (!kernels::use(kernels::Op::gemm_gelu, x) || !kernels::gemm_gelu_fits(x, weight)) return {forward(x), {}};
-  return linear_gelu(x, weight, bias, main_grads, &tp_);
+  return linear_gelu(x, weight, bias, LinearComm::column(tp_, main_grads));
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward_with(const torch::Tensor& x, const torch::Tensor& w) {
   // A weight owned elsewhere also gets gradients elsewhere: autograd sums them, not the sink.
-  auto y = linear(x, w, bias, w.is_same(weight) ? main_grads : nullptr, &tp_);
+  auto y = linear(x, w, bias, LinearComm::column(tp_, w.is_same(weight) ? main_grads : nullptr));
   return gather_output_ ? gather_last(y, tp_) : y;
 }
 
@@ -424,16 +424,16 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
 // with it); without, the partial products are all-reduced after it. The bias is added once, after.
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   // Nothing to reduce: the bias can join the GEMM.
-  if (!tp_.active()) return linear(x, weight, bias, main_grads);
-  if (tp_.sequence_parallel) return add_bias(linear(x, weight, {}, main_grads, nullptr, &tp_));
-  return add_bias(reduce_from_tp(linear(x, weight, {}, main_grads), tp_));
+  if (!tp_.active()) return linear(x, weight, bias, LinearComm::local(main_grads));
+  if (tp_.sequence_parallel) return add_bias(linear(x, weight, {}, LinearComm::row(tp_, main_grads)));
+  return add_bias(reduce_from_tp(linear(x, weight, {}, LinearComm::local(main_grads)), tp_));
 }
 
 torch::Tensor RowParallelLinearImpl::forward_gelu(const kernels::Activated& a) {
   if (!a.out.defined()) return forward(torch::gelu(a.pre, "tanh"));
-  if (!tp_.active()) return gelu_linear(a, weight, bias, main_grads);
-  if (tp_.sequence_parallel) return add_bias(gelu_linear(a, weight, {}, main_grads, &tp_));
-  return add_bias(reduce_from_tp(gelu_linear(a, weight, {}, main_grads), tp_));
+  if (!tp_.active()) return gelu_linear(a, weight, bias, LinearComm::local(main_grads));
+  if (tp_.sequence_parallel) return add_bias(gelu_linear(a, weight, {}, LinearComm::row(tp_, main_grads)));
+  return add_bias(reduce_from_tp(gelu_linear(a, weight, {}, LinearComm::local(main_grads)), tp_));
 }
 
 torch::Tensor RowParallelLinearImpl::add_bias(const torch::Tensor& y) { return bias.defined() ? y + bias : y; }
@@ -496,8 +496,7 @@ namespace {
 // softmax is never materialised: grad = (softmax - onehot(label)) * grad_out, per shard.
 struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
-                               int64_t group, int64_t ignore_index) {
-    auto* g = reinterpret_cast<comm::ProcessGroup*>(group);
+                               comm::ProcessGroup* g, int64_t ignore_index) {
     const int64_t local = logits.size(-1);
     const int64_t start = g ? local * g->rank() : 0;
     // One fp32 copy of the logits, turned into the softmax in place: the [tokens, vocab]
@@ -542,8 +541,7 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
 // combine per row: the global max, each shard's sum of exponentials rescaled to it.
 struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParallelCE> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
-                               int64_t group, int64_t ignore_index) {
-    auto* g = reinterpret_cast<comm::ProcessGroup*>(group);
+                               comm::ProcessGroup* g, int64_t ignore_index) {
     const int64_t local = logits.size(-1);
     const int64_t start = g ? local * g->rank() : 0;
     auto x = logits.reshape({-1, local});
@@ -580,7 +578,7 @@ struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParalle
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
                                            const TensorParallel& tp, int64_t ignore_index) {
-  const auto group = reinterpret_cast<int64_t>(tp.active() ? tp.group : nullptr);
+  comm::ProcessGroup* group = tp.active() ? tp.group : nullptr;
   auto per_token = kernels::use(kernels::Op::cross_entropy, logits)
                        ? FusedVocabParallelCE::apply(logits, labels, group, ignore_index)
                        : VocabParallelCE::apply(logits, labels, group, ignore_index);

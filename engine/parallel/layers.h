@@ -25,30 +25,47 @@ struct ShardInfo {
 // input adds a broadcast bias in a separate, strided elementwise kernel (4 per GPT layer).
 torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 
-// linear_bias whose backward writes the weight and bias gradients into `sink`'s main grads
-// (gradient-accumulation fusion) instead of returning them to autograd; w must then feed no
-// other operation (its gradient is marked complete as soon as this one is written). With
-// input_tp, x is a column-parallel layer's input: all-gathered over the tokens first under
-// sequence parallelism (the GEMM starting on this rank's own tokens while the others arrive),
-// and its gradient reduced over TP in backward on a side stream, overlapped with the
-// weight-gradient GEMM. With output_tp (sequence parallelism, b undefined), the output is a
-// row-parallel layer's: reduce-scattered over the tokens, each rank's rows sent as soon as they
-// are computed (parallel/collective_matmul.h); backward gathers the output gradient the same
-// way. Plain linear_bias when neither TP nor the sink applies; without autograd, the same
-// arithmetic as with it (recomputation runs the forward both ways).
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, MainGradSink* sink,
-                     const TensorParallel* input_tp = nullptr, const TensorParallel* output_tp = nullptr);
+// How one linear layer communicates: its tensor-parallel role, and where its weight gradients go.
+// - column: x is a column-parallel layer's input, all-gathered over the tokens first under
+//   sequence parallelism (the GEMM starting on this rank's own tokens while the others arrive);
+//   its gradient is reduced over TP in backward on a side stream, overlapped with the
+//   weight-gradient GEMM (Megatron's LinearWithGradAccumulationAndAsyncCommunication).
+// - row (sequence parallelism only, no bias): the output is a row-parallel layer's,
+//   reduce-scattered over the tokens, each rank's rows sent as soon as they are computed
+//   (parallel/collective_matmul.h); backward gathers the output gradient the same way.
+// - local: no communication.
+// `sink`: gradient-accumulation fusion, the backward writing the weight and bias gradients into
+// its main grads instead of returning them to autograd (w must then feed no other operation: its
+// gradient is marked complete as soon as this one is written); null: gradients to autograd.
+struct LinearComm {
+  enum class Role { local, column, row };
+  Role role = Role::local;
+  const TensorParallel* tp = nullptr;  // the group of a column or row layer
+  MainGradSink* sink = nullptr;
+
+  static LinearComm local(MainGradSink* sink) { return {Role::local, nullptr, sink}; }
+  static LinearComm column(const TensorParallel& tp, MainGradSink* sink) { return {Role::column, &tp, sink}; }
+  static LinearComm row(const TensorParallel& tp, MainGradSink* sink) { return {Role::row, &tp, sink}; }
+  // The group when this layer has that role and the group more than one rank; else null.
+  const TensorParallel* column_tp() const { return role == Role::column && tp && tp->active() ? tp : nullptr; }
+  const TensorParallel* row_tp() const { return role == Role::row && tp && tp->active() ? tp : nullptr; }
+};
+
+// x [..., in] w^T + b communicating as `comm` says. Plain linear_bias when neither TP nor the
+// sink applies; without autograd, the same arithmetic as with it (recomputation runs the
+// forward both ways).
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm);
 
 // GeLU (tanh form) between two linear layers inside the GEMMs' epilogues (kernels::Op::gemm_gelu):
-// linear_gelu is linear() returning {pre, gelu(pre)} from one GEMM, the second without a
-// gradient of its own; gelu_linear is the next layer's linear() on gelu(pre), its backward
-// giving pre's gradient (dy w) * gelu'(pre) from one GEMM. Use through ColumnParallelLinear's
-// forward_gelu and RowParallelLinear's forward_gelu, which pick the composition where the
-// kernels do not apply.
+// linear_gelu is linear() (a column or local layer) returning {pre, gelu(pre)} from one GEMM,
+// the second without a gradient of its own; gelu_linear is the next layer's linear() (a row or
+// local layer) on gelu(pre), its backward giving pre's gradient (dy w) * gelu'(pre) from one
+// GEMM. Use through ColumnParallelLinear's forward_gelu and RowParallelLinear's forward_gelu,
+// which pick the composition where the kernels do not apply.
 kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                               MainGradSink* sink, const TensorParallel* input_tp = nullptr);
+                               const LinearComm& comm);
 torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
-                          MainGradSink* sink, const TensorParallel* output_tp = nullptr);
+                          const LinearComm& comm);
 
 // y = x A^T + b with A split by rows (output features). Input: the full activation, or this
 // rank's chunk of the tokens under sequence parallelism (gathered here). Output: this rank's

@@ -1,5 +1,6 @@
 #include "engine/parallel/mappings.h"
 
+#include "engine/core/autograd_state.h"
 #include "engine/core/error.h"
 
 namespace me::parallel {
@@ -9,11 +10,8 @@ using torch::autograd::variable_list;
 
 namespace {
 
-// Autograd functions receive the group through saved_data as an integer: IValue has no slot
-// for a plain C++ pointer, and the group outlives every graph built over it.
-comm::ProcessGroup& group_of(AutogradContext* ctx) {
-  return *reinterpret_cast<comm::ProcessGroup*>(ctx->saved_data["group"].toInt());
-}
+// The group outlives every graph built over it: backward finds it in saved_data.
+comm::ProcessGroup& group_of(AutogradContext* ctx) { return *saved_state<comm::ProcessGroup*>(ctx, "group"); }
 
 torch::Tensor all_reduce(const torch::Tensor& x, comm::ProcessGroup& g) {
   auto y = x.contiguous().clone();
@@ -39,8 +37,8 @@ torch::Tensor apply(Op op, const torch::Tensor& x, comm::ProcessGroup& g) {
 
 template <Op Forward, Op Backward>
 struct Mapping : public torch::autograd::Function<Mapping<Forward, Backward>> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
-    ctx->saved_data["group"] = group;
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, comm::ProcessGroup* group) {
+    save_state(ctx, "group", group);
     return apply(Forward, x, group_of(ctx));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -51,7 +49,7 @@ struct Mapping : public torch::autograd::Function<Mapping<Forward, Backward>> {
 template <Op F, Op B>
 torch::Tensor map(const torch::Tensor& x, const TensorParallel& tp) {
   if (!tp.active()) return x;
-  return Mapping<F, B>::apply(x, reinterpret_cast<int64_t>(tp.group));
+  return Mapping<F, B>::apply(x, tp.group);
 }
 
 // x as [outer, n, inner] around dimension `dim` (a view: x is contiguous).
