@@ -29,6 +29,7 @@ const char* kUsage =
     "  megaengine -i recipe.lua [key=value]   run it, then stay in the REPL with recipe, trainer, summary\n"
     "  megaengine -e 'lua code'               run a chunk (may repeat; runs before any recipe)\n"
     "  megaengine --dry-run recipe.lua ...    print the resolved recipe and its parameter count, do not train\n"
+    "  megaengine --fields [section]          every recipe field with its type, default and help\n"
     "  megaengine --nproc N recipe.lua ...    start N ranks on this machine (RANK, WORLD_SIZE, MASTER_* set,\n"
     "                                         output prefixed by rank; if one fails, the others are stopped)\n"
     "  megaengine doctor                      report LibTorch, backends, GPUs and peer access, NCCL, libfabric\n"
@@ -96,6 +97,15 @@ int main(int argc, char** argv) {
       interactive = true;
     } else if (a == "--dry-run") {
       dry_run = true;
+    } else if (a == "--fields") {  // the recipe field reference, from bindings/lua/fields.lua
+      me::lua::LuaHost host;
+      std::string error;
+      const std::string name = i + 1 < argc ? argv[i + 1] : "";
+      if (name.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.") != std::string::npos)
+        return die("--fields takes a section name such as parallel or model.llama, got '" + name + "'");
+      const std::string section = name.empty() ? "nil" : "'" + name + "'";
+      const bool ok = host.run_chunk("print(require('megaengine.fields').describe(" + section + "))", "=fields", &error);
+      return ok ? 0 : die(error.substr(0, error.find("\nstack traceback")));
     } else if (a == "--nproc") {
       char* end = nullptr;
       const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;

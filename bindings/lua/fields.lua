@@ -24,7 +24,9 @@ local function variant(name, base, defaults, doc)
     if d == nil then d = f[2] end
     fields[i] = { f[1], d, f[3], f[4] }
   end
-  return section(name, fields, doc)
+  local s = section(name, fields, doc)
+  s.variant_of = base
+  return s
 end
 
 section("recipe", {
@@ -192,6 +194,42 @@ function F.type_of(f)
   local v = f[2]
   if math.type(v) == "integer" then return "integer" end
   return type(v)
+end
+
+local function show(v)
+  if type(v) == "string" then return (("%q"):format(v):gsub("\\\n", "\\n")) end
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = show(x) end
+    return "{ " .. table.concat(parts, ", ") .. (#parts > 0 and " }" or "}")
+  end
+  return tostring(v)
+end
+
+-- The reference text of every section named `which` or below it ("parallel", "model",
+-- "optimizer.adamw"; nil: all): each field with its type, default and help. A variant (a model
+-- family, a schedule kind) lists only the defaults that differ from its base.
+function F.describe(which)
+  local out = {}
+  for _, s in ipairs(F.sections) do
+    if which == nil or s.name == which or s.name:sub(1, #which + 1) == which .. "." then
+      out[#out + 1] = ("%s -- %s"):format(s.name, s.doc or "")
+      for i, f in ipairs(s.fields) do
+        local base = s.variant_of and s.variant_of.fields[i]
+        if not base or show(base[2]) ~= show(f[2]) then
+          local line = ("  %-26s %-9s %-12s %s"):format(f[1], F.type_of(f), show(f[2]), base and "" or f[3])
+          out[#out + 1] = line:gsub("%s+$", "")
+        end
+      end
+      out[#out + 1] = ""
+    end
+  end
+  if #out == 0 then
+    local names = {}
+    for _, s in ipairs(F.sections) do names[#names + 1] = s.name end
+    error(("no recipe section '%s'; sections: %s"):format(which, table.concat(names, ", ")), 0)
+  end
+  return table.concat(out, "\n")
 end
 
 -- The sections whose fields a recipe table holds directly (recipe.parallel.tp, ...).

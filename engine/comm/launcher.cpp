@@ -246,6 +246,8 @@ std::vector<std::string> rank_environment(const LaunchOptions& opts, int port, i
       {"MASTER_ADDR", opts.master_addr},
       {"MASTER_PORT", std::to_string(port)},
       {"ME_LAUNCHED", "1"},  // a rank that runs megaengine again must not launch again
+      // The launcher owns the rank prefix of its ranks' lines: their log adds none of its own.
+      {"ME_OUTPUT_PREFIXED", opts.prefix_output ? "1" : "0"},
   };
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {

@@ -69,7 +69,11 @@ void init_from_env() {
   }
 }
 
-void set_rank(int rank, int world) { prefix() = "[rank " + std::to_string(rank) + "/" + std::to_string(world) + "] "; }
+void set_rank(int rank, int world) {
+  const char* prefixed = std::getenv("ME_OUTPUT_PREFIXED");
+  if (prefixed && std::string(prefixed) == "1") return;
+  prefix() = "[rank " + std::to_string(rank) + "/" + std::to_string(world) + "] ";
+}
 
 void write(Level l, const std::string& message) {
   static const char* tags[] = {"trace: ", "debug: ", "", "warning: ", "error: ", ""};

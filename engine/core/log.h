@@ -19,7 +19,9 @@ void set_level(Level level);
 Level level();
 void init_from_env();
 
-// Once ranks exist every line is prefixed "[rank R/W]"; before that, no prefix.
+// One owner for a line's rank prefix: the `--nproc` launcher prefixes every line of its ranks
+// ("[rank R] ", Lua's print and stderr included) and says so in ME_OUTPUT_PREFIXED=1; a rank
+// started any other way (srun) prefixes its own log lines "[rank R/W]" once ranks exist.
 void set_rank(int rank, int world);
 
 void write(Level level, const std::string& message);

@@ -147,46 +147,57 @@ std::string megatron_output_prefix(const std::string& output_prefix, const std::
   return output_prefix + "_" + json_key + "_document";
 }
 
-PreprocessStats preprocess(const PreprocessOptions& o, const Tokenizer& tok) {
-  ME_CHECK(o.format == "jsonl" || o.format == "text", "input format '", o.format, "' is unknown: use jsonl or text");
-  ME_CHECK(o.workers >= 1 && o.workers <= 1024, "--workers must be between 1 and 1024, got ", o.workers);
-  ME_CHECK(!o.output.empty(), "no output prefix given (--output-prefix)");
-  std::FILE* in = std::fopen(o.input.c_str(), "rb");
-  if (!in) fail("cannot open input '", o.input, "': ", std::strerror(errno));
-  // Closed after the threads are joined (declared before the Joiner below).
-  struct FileCloser {
-    std::FILE* f;
-    ~FileCloser() { std::fclose(f); }
-  } closer{in};
-  std::fseek(in, 0, SEEK_END);
-  const int64_t total = std::ftell(in);
-  std::fseek(in, 0, SEEK_SET);
-  const bool text = o.format == "text";
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
 
-  std::mutex m;
-  std::condition_variable cv;
-  std::deque<Chunk> todo;
-  std::map<size_t, ChunkResult> done;
-  size_t read = 0, written = 0;  // chunks handed out / chunks written
-  bool eof = false, stop = false;
-  std::string reader_error;
-  const size_t in_flight = 4 * static_cast<size_t>(o.workers);  // bounds memory
+// The input cut into chunks of whole records by a reader thread, tokenized by o.workers worker
+// threads, and handed back in input order (so the output does not depend on the workers).
+// At most 4 chunks per worker are in flight, which bounds memory.
+class ChunkPipeline {
+ public:
+  ChunkPipeline(std::FILE* in, const PreprocessOptions& o, const Tokenizer& tok)
+      : in_(in), o_(o), tok_(tok), text_(o.format == "text"), in_flight_(4 * static_cast<size_t>(o.workers)) {
+    threads_.emplace_back([this] { read_chunks(); });
+    for (int i = 0; i < o.workers; ++i) threads_.emplace_back([this] { tokenize_chunks(); });
+  }
+  // Stops and joins the threads however the caller leaves (an error stops them first).
+  ~ChunkPipeline() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
 
-  auto reader = [&] {
+  // The next chunk's result, in input order; false once everything read has been handed back.
+  // Throws me::Error when the input cannot be read.
+  bool next(ChunkResult& r) {
+    std::unique_lock<std::mutex> g(m_);
+    cv_.wait(g, [&] { return done_.count(written_) || !reader_error_.empty() || (eof_ && written_ == read_); });
+    if (!reader_error_.empty()) fail(reader_error_);
+    if (!done_.count(written_)) return false;
+    r = std::move(done_[written_]);
+    done_.erase(written_);
+    ++written_;
+    cv_.notify_all();
+    return true;
+  }
+
+ private:
+  void read_chunks() {
     std::string carry;
     int64_t line = 1;
-    std::vector<char> buf(o.chunk_bytes);
+    std::vector<char> buf(o_.chunk_bytes);
     for (;;) {
-      const size_t n = std::fread(buf.data(), 1, buf.size(), in);
-      if (n == 0 && std::ferror(in)) {
-        std::lock_guard<std::mutex> g(m);
-        reader_error = cat("cannot read '", o.input, "': ", std::strerror(errno));
+      const size_t n = std::fread(buf.data(), 1, buf.size(), in_);
+      if (n == 0 && std::ferror(in_)) {
+        std::lock_guard<std::mutex> g(m_);
+        reader_error_ = cat("cannot read '", o_.input, "': ", std::strerror(errno));
         break;
       }
       carry.append(buf.data(), n);
       const bool at_end = n == 0;
-      size_t cut = at_end ? carry.size() : last_boundary(carry, text);
+      size_t cut = at_end ? carry.size() : last_boundary(carry, text_);
       if (cut == std::string::npos || cut == 0 || (at_end && carry.empty())) {
         if (at_end) break;
         continue;  // a record longer than a chunk: read on
@@ -196,82 +207,97 @@ PreprocessStats preprocess(const PreprocessOptions& o, const Tokenizer& tok) {
       c.text = carry.substr(0, cut);
       carry.erase(0, cut);
       for (char ch : c.text) line += ch == '\n';
-      std::unique_lock<std::mutex> g(m);
-      cv.wait(g, [&] { return stop || read - written < in_flight; });
-      if (stop) return;
-      c.index = read++;
-      todo.push_back(std::move(c));
-      cv.notify_all();
+      std::unique_lock<std::mutex> g(m_);
+      cv_.wait(g, [&] { return stop_ || read_ - written_ < in_flight_; });
+      if (stop_) return;
+      c.index = read_++;
+      todo_.push_back(std::move(c));
+      cv_.notify_all();
     }
-    std::lock_guard<std::mutex> g(m);
-    eof = true;
-    cv.notify_all();
-  };
-  auto worker = [&] {
+    std::lock_guard<std::mutex> g(m_);
+    eof_ = true;
+    cv_.notify_all();
+  }
+
+  void tokenize_chunks() {
     for (;;) {
       Chunk c;
       {
-        std::unique_lock<std::mutex> g(m);
-        cv.wait(g, [&] { return stop || !todo.empty() || eof; });
-        if (stop || todo.empty()) return;
-        c = std::move(todo.front());
-        todo.pop_front();
+        std::unique_lock<std::mutex> g(m_);
+        cv_.wait(g, [&] { return stop_ || !todo_.empty() || eof_; });
+        if (stop_ || todo_.empty()) return;
+        c = std::move(todo_.front());
+        todo_.pop_front();
       }
       ChunkResult r;
       r.bytes = static_cast<int64_t>(c.text.size());
       try {
-        (text ? tokenize_text : tokenize_jsonl)(c, o, tok, r);
+        (text_ ? tokenize_text : tokenize_jsonl)(c, o_, tok_, r);
       } catch (const std::exception& e) {  // a tokenizer failure: reported as the chunk's first line
         r.bad.emplace_back(c.first_line, e.what());
       }
-      std::lock_guard<std::mutex> g(m);
-      done.emplace(c.index, std::move(r));
-      cv.notify_all();
+      std::lock_guard<std::mutex> g(m_);
+      done_.emplace(c.index, std::move(r));
+      cv_.notify_all();
     }
-  };
+  }
 
-  std::vector<std::thread> threads;
-  // Joins the threads however this function is left (an error stops them first).
-  struct Joiner {
-    std::vector<std::thread>& threads;
-    std::mutex& m;
-    std::condition_variable& cv;
-    bool& stop;
-    ~Joiner() {
-      {
-        std::lock_guard<std::mutex> g(m);
-        stop = true;
-      }
-      cv.notify_all();
-      for (auto& t : threads) t.join();
-    }
-  } joiner{threads, m, cv, stop};
-  threads.emplace_back(reader);
-  for (int i = 0; i < o.workers; ++i) threads.emplace_back(worker);
+  std::FILE* in_;
+  const PreprocessOptions& o_;
+  const Tokenizer& tok_;
+  const bool text_;
+  const size_t in_flight_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Chunk> todo_;
+  std::map<size_t, ChunkResult> done_;
+  size_t read_ = 0, written_ = 0;  // chunks handed out / chunks handed back
+  bool eof_ = false, stop_ = false;
+  std::string reader_error_;
+  std::vector<std::thread> threads_;
+};
 
+// The records of a chunk that could not be read: an error (nothing written), or with
+// --skip-bad-records a warning for each of the first ten and a count.
+void report_bad_records(const ChunkResult& r, const PreprocessOptions& o, PreprocessStats& s, int& warned) {
+  for (const auto& [line, why] : r.bad) {
+    if (!o.skip_bad_records)
+      fail(o.input, ":", line, ": ", why, "; fix or remove the record, or pass --skip-bad-records to skip it (",
+           o.output, ".bin/.idx not written)");
+    if (warned++ < 10)
+      std::fprintf(stderr, "preprocess: skipping %s:%lld: %s\n", o.input.c_str(), static_cast<long long>(line),
+                   why.c_str());
+    ++s.skipped;
+  }
+}
+
+}  // namespace
+
+PreprocessStats preprocess(const PreprocessOptions& o, const Tokenizer& tok) {
+  ME_CHECK(o.format == "jsonl" || o.format == "text", "input format '", o.format, "' is unknown: use jsonl or text");
+  ME_CHECK(o.workers >= 1 && o.workers <= 1024, "--workers must be between 1 and 1024, got ", o.workers);
+  ME_CHECK(!o.output.empty(), "no output prefix given (--output-prefix)");
+  std::FILE* in = std::fopen(o.input.c_str(), "rb");
+  if (!in) fail("cannot open input '", o.input, "': ", std::strerror(errno));
+  // Closed after the pipeline's threads are joined (declared before it).
+  struct FileCloser {
+    std::FILE* f;
+    ~FileCloser() { std::fclose(f); }
+  } closer{in};
+  std::fseek(in, 0, SEEK_END);
+  const int64_t total = std::ftell(in);
+  std::fseek(in, 0, SEEK_SET);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+
+  ChunkPipeline chunks(in, o, tok);
   IndexedDatasetWriter writer(o.output, dtype_for_vocab(tok.vocab_size()));
   PreprocessStats s;
   ProgressLine progress(o.progress, total);
   int warned = 0;
-  for (;;) {
-    ChunkResult r;
-    {
-      std::unique_lock<std::mutex> g(m);
-      cv.wait(g, [&] { return done.count(written) || !reader_error.empty() || (eof && written == read); });
-      if (!reader_error.empty()) fail(reader_error);
-      if (!done.count(written)) break;  // everything read has been written
-      r = std::move(done[written]);
-      done.erase(written);
-      ++written;
-      cv.notify_all();
-    }
-    for (const auto& [line, why] : r.bad) {
-      if (!o.skip_bad_records)
-        fail(o.input, ":", line, ": ", why, "; fix or remove the record, or pass --skip-bad-records to skip it (",
-             o.output, ".bin/.idx not written)");
-      if (warned++ < 10) std::fprintf(stderr, "preprocess: skipping %s:%lld: %s\n", o.input.c_str(), static_cast<long long>(line), why.c_str());
-      ++s.skipped;
-    }
+  ChunkResult r;
+  while (chunks.next(r)) {
+    report_bad_records(r, o, s, warned);
     size_t at = 0;
     for (size_t n : r.lengths) {
       if (n > 0) writer.add_sequence(r.tokens.data() + at, n);
@@ -281,11 +307,11 @@ PreprocessStats preprocess(const PreprocessOptions& o, const Tokenizer& tok) {
     s.documents += static_cast<int64_t>(r.lengths.size());
     s.tokens += static_cast<int64_t>(r.tokens.size());
     s.bytes += r.bytes;
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    s.seconds = elapsed();
     progress.update(s, false);
   }
   writer.finalize();
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.seconds = elapsed();
   progress.update(s, true);
   return s;
 }

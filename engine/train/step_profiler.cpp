@@ -124,6 +124,84 @@ std::string StepProfiler::after_step(int64_t iteration, double step_ms) {
   return summarise();
 }
 
+namespace {
+
+// Kernel time per step by kind and by kernel, the GPU's idle share, and the communication no
+// other kernel ran beside (exposed).
+std::string gpu_summary(const std::vector<prof::KinetoEvent>& events, double per, double step_ms) {
+  std::map<std::string, Totals> by_name, by_kind;
+  std::vector<Span> spans, compute;  // every kernel; every kernel but NCCL's
+  for (const auto& e : events) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    const auto [start, dur] = compat::event_span_ns(e);
+    auto& t = by_name[e.name()];
+    t.ns += dur;
+    t.calls += 1;
+    const auto kind = kernel_kind(e.name());
+    auto& k = by_kind[kind];
+    k.ns += dur;
+    k.calls += 1;
+    spans.push_back({start, start + dur});
+    if (kind != kCommunication) compute.push_back(spans.back());
+  }
+  char line[256];
+  const double busy = static_cast<double>(covered(spans)) / 1e6 / per;
+  std::snprintf(line, sizeof line,
+                "  step %.1f ms (host); GPU kernels cover %.1f ms (%.1f%%), idle %.1f ms; kernel time by kind:\n",
+                step_ms, busy, 100.0 * busy / step_ms, std::max(0.0, step_ms - busy));
+  std::string out = line;
+  if (by_kind.count(kCommunication)) {
+    // What the step waits for: time when NCCL kernels run and nothing else does.
+    const double exposed = static_cast<double>(covered(spans) - covered(compute)) / 1e6 / per;
+    const double comm = static_cast<double>(by_kind[kCommunication].ns) / 1e6 / per;
+    std::snprintf(line, sizeof line, "  communication %.1f ms, of which %.1f ms beside no other kernel (exposed)\n",
+                  comm, exposed);
+    out += line;
+  }
+  out += table("kind", {by_kind.begin(), by_kind.end()}, per, step_ms, by_kind.size());
+  out += table("heaviest kernels", {by_name.begin(), by_name.end()}, per, step_ms, 25);
+  return out;
+}
+
+// CPU operators by self time: an op's duration less that of the ops it called (nested inside it).
+std::string cpu_summary(const std::vector<prof::KinetoEvent>& events, double per, double step_ms) {
+  struct CpuOp {
+    uint64_t thread;
+    Span span;
+    std::string name;
+  };
+  std::vector<CpuOp> cpu;
+  for (const auto& e : events) {
+    if (e.deviceType() != c10::DeviceType::CPU) continue;
+    const auto [start, dur] = compat::event_span_ns(e);
+    cpu.push_back({e.startThreadId(), {start, start + dur}, e.name()});
+  }
+  std::sort(cpu.begin(), cpu.end(), [](const CpuOp& a, const CpuOp& b) {
+    if (a.thread != b.thread) return a.thread < b.thread;
+    return a.span.start != b.span.start ? a.span.start < b.span.start : a.span.end > b.span.end;
+  });
+  std::vector<size_t> stack;  // the ops enclosing the current one, innermost last
+  std::vector<int64_t> self(cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (i > 0 && cpu[i].thread != cpu[i - 1].thread) stack.clear();
+    while (!stack.empty() && cpu[stack.back()].span.end <= cpu[i].span.start) stack.pop_back();
+    self[i] = cpu[i].span.end - cpu[i].span.start;
+    if (!stack.empty()) self[stack.back()] -= self[i];
+    stack.push_back(i);
+  }
+  std::map<std::string, Totals> by_name;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    auto& t = by_name[cpu[i].name];
+    t.ns += self[i];
+    t.calls += 1;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "  step %.1f ms; CPU operators by self time:\n", step_ms);
+  return line + table("operator", {by_name.begin(), by_name.end()}, per, step_ms, 25);
+}
+
+}  // namespace
+
 std::string StepProfiler::summarise() {
   auto result = prof::disableProfiler();
   active_ = false;
@@ -138,75 +216,8 @@ std::string StepProfiler::summarise() {
     }
   }
   const double per = static_cast<double>(steps_), step_ms = wall_ms_ / per;
-  std::map<std::string, Totals> by_name, by_kind;
-  std::vector<Span> spans, compute;  // every kernel; every kernel but NCCL's
-  const auto device = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  struct CpuOp {
-    uint64_t thread;
-    Span span;
-    std::string name;
-  };
-  std::vector<CpuOp> cpu;  // CPU ops nest: self time is computed below
-  for (const auto& e : result->events()) {
-    if (e.deviceType() != device) continue;
-    const auto [start, dur] = compat::event_span_ns(e);
-    if (cuda_) {
-      auto& t = by_name[e.name()];
-      t.ns += dur;
-      t.calls += 1;
-      const auto kind = kernel_kind(e.name());
-      auto& k = by_kind[kind];
-      k.ns += dur;
-      k.calls += 1;
-      spans.push_back({start, start + dur});
-      if (kind != kCommunication) compute.push_back(spans.back());
-    } else {
-      cpu.push_back({e.startThreadId(), {start, start + dur}, e.name()});
-    }
-  }
-  std::string out = cat("profile of iterations ", at_, "..", at_ + steps_ - 1, written, "\n");
-  char line[256];
-  if (cuda_) {
-    const double busy = static_cast<double>(covered(spans)) / 1e6 / per;
-    std::snprintf(line, sizeof line,
-                  "  step %.1f ms (host); GPU kernels cover %.1f ms (%.1f%%), idle %.1f ms; kernel time by kind:\n",
-                  step_ms, busy, 100.0 * busy / step_ms, std::max(0.0, step_ms - busy));
-    out += line;
-    if (by_kind.count(kCommunication)) {
-      // What the step waits for: time when NCCL kernels run and nothing else does.
-      const double exposed = static_cast<double>(covered(spans) - covered(compute)) / 1e6 / per;
-      const double comm = static_cast<double>(by_kind[kCommunication].ns) / 1e6 / per;
-      std::snprintf(line, sizeof line, "  communication %.1f ms, of which %.1f ms beside no other kernel (exposed)\n",
-                    comm, exposed);
-      out += line;
-    }
-    out += table("kind", {by_kind.begin(), by_kind.end()}, per, step_ms, by_kind.size());
-    out += table("heaviest kernels", {by_name.begin(), by_name.end()}, per, step_ms, 25);
-  } else {
-    // Self time: an op's duration less that of the ops it called (nested inside it).
-    std::sort(cpu.begin(), cpu.end(), [](const CpuOp& a, const CpuOp& b) {
-      if (a.thread != b.thread) return a.thread < b.thread;
-      return a.span.start != b.span.start ? a.span.start < b.span.start : a.span.end > b.span.end;
-    });
-    std::vector<size_t> stack;  // the ops enclosing the current one, innermost last
-    std::vector<int64_t> self(cpu.size());
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      if (i > 0 && cpu[i].thread != cpu[i - 1].thread) stack.clear();
-      while (!stack.empty() && cpu[stack.back()].span.end <= cpu[i].span.start) stack.pop_back();
-      self[i] = cpu[i].span.end - cpu[i].span.start;
-      if (!stack.empty()) self[stack.back()] -= self[i];
-      stack.push_back(i);
-    }
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      auto& t = by_name[cpu[i].name];
-      t.ns += self[i];
-      t.calls += 1;
-    }
-    std::snprintf(line, sizeof line, "  step %.1f ms; CPU operators by self time:\n", step_ms);
-    out += line;
-    out += table("operator", {by_name.begin(), by_name.end()}, per, step_ms, 25);
-  }
-  return out;
+  return cat("profile of iterations ", at_, "..", at_ + steps_ - 1, written, "\n") +
+         (cuda_ ? gpu_summary(result->events(), per, step_ms) : cpu_summary(result->events(), per, step_ms));
 }
 
 }  // namespace me::train
