@@ -116,16 +116,29 @@ struct LuaLoader {
 
 LuaLoader& check_loader(lua_State* L) { return check_object<LuaLoader>(L, 1, kLoaderMeta, "loader expected"); }
 
+// True when the spec at t gave data.blend (not data.prefix): even one entry is then a blend.
+bool gave_blend(lua_State* L, int t) {
+  lua_getfield(L, t, "blend");
+  const bool blend = lua_istable(L, -1) && lua_rawlen(L, -1) > 0;
+  lua_pop(L, 1);
+  return blend;
+}
+
 // core.loader(data_spec, { seq, micro, dp, dp_rank, accumulation, iters, consumed_samples, seed,
-// builder }) -> loader. `builder`: this process builds the index caches (one rank; the others
-// pass false after a barrier).
+// builder, split }) -> loader. `builder`: this process builds the index caches (one rank; the
+// others pass false after a barrier). `split`: "train" (default), "valid" or "test", built for
+// iters x micro x dp x accumulation samples.
 int loader_new(lua_State* L) {
   check_table(L, 1);
   check_table(L, 2);
   const auto d = read_data_spec(L, 1);
   ME_CHECK(d.kind == "gpt", "me.data.loader reads me.data.gpt{} data, got kind '", d.kind, "'");
-  const auto c = train::gpt_data_config(d, field_integer(L, 2, "seq", "loader"),
-                                        static_cast<uint64_t>(field_integer(L, 2, "seed", "loader", 1234)));
+  auto c = train::gpt_data_config(d, field_integer(L, 2, "seq", "loader"),
+                                  static_cast<uint64_t>(field_integer(L, 2, "seed", "loader", 1234)));
+  c.single_is_blend = gave_blend(L, 1);
+  const std::string split = field_string(L, 2, "split", "loader", std::string("train"));
+  const size_t k = split == "train" ? 0 : split == "valid" ? 1 : split == "test" ? 2 : 3;
+  ME_CHECK(k < 3, "loader.split: '", split, "' is not a split; use \"train\", \"valid\" or \"test\"");
   data::LoaderOptions o;
   o.micro = field_integer(L, 2, "micro", "loader");
   o.dp = field_integer(L, 2, "dp", "loader", 1);
@@ -137,11 +150,14 @@ int loader_new(lua_State* L) {
   const int64_t iters = field_integer(L, 2, "iters", "loader");
   const bool builder = field_boolean(L, 2, "builder", "loader", true);
   const size_t needed = static_cast<size_t>(iters * o.micro * o.dp * o.accumulation);
-  auto splits = data::build_gpt_splits(c, {needed, 0, 0}, builder);
+  std::array<size_t, 3> samples{0, 0, 0};
+  samples[k] = needed;
+  auto splits = data::build_gpt_splits(c, samples, builder);
   auto* l = push_object<LuaLoader>(L, kLoaderMeta);
-  l->loader = std::make_unique<data::BatchLoader>(splits[0], o);
-  l->description = cat("BatchLoader: ", splits[0]->size(), " samples of ", c.seq_length + 1, " tokens, micro ", o.micro,
-                       ", dp rank ", o.dp_rank, " of ", o.dp, ", accumulation ", o.accumulation);
+  l->loader = std::make_unique<data::BatchLoader>(splits[k], o);
+  l->description = cat("BatchLoader: ", splits[k]->size(), " ", split, " samples of ", c.seq_length + 1,
+                       " tokens, micro ", o.micro, ", dp rank ", o.dp_rank, " of ", o.dp, ", accumulation ",
+                       o.accumulation);
   return 1;
 }
 

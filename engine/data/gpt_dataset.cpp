@@ -9,15 +9,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "engine/core/error.h"
+#include "engine/data/numpy_random.h"
 
 namespace me::data {
 
 namespace {
 
-constexpr uint64_t kCacheVersion = 1;
+constexpr uint64_t kCacheVersion = 1;  // the file's layout
+// The order of the samples, part of the cache key so that a cache built for another order is
+// never reused: 1 = our own std::mt19937_64 shuffles; 2 = Megatron's (numpy's RandomState).
+constexpr uint64_t kOrderVersion = 2;
 constexpr char kCacheMagic[8] = {'M', 'E', 'G', 'P', 'T', 'I', 'D', 'X'};
 constexpr size_t kHeaderBytes = 56;  // magic + 6 x uint64
 
@@ -34,24 +37,6 @@ double parse_weight(const std::string& part, const std::string& split) {
   ME_CHECK(v >= 0, "split '", split, "': weight ", part, " is negative");
   return v;
 }
-
-// Fisher-Yates over a std::mt19937_64 whose raw output is fixed by the standard; the bounded
-// draw is our own so every standard library gives the same permutation.
-struct Shuffler {
-  std::mt19937_64 gen;
-  // Uniform in [0, max]: draw, mask to the smallest all-ones cover of max, reject above max.
-  uint64_t upto(uint64_t max) {
-    uint64_t mask = max, r;
-    for (int s = 1; s < 64; s <<= 1) mask |= mask >> s;
-    while ((r = gen() & mask) > max) {
-    }
-    return r;
-  }
-  template <typename T>
-  void shuffle(T* a, size_t n) {
-    for (size_t i = n; i > 1; --i) std::swap(a[i - 1], a[upto(i - 1)]);
-  }
-};
 
 // Python's round(): to nearest, halves to the even neighbour.
 int64_t round_half_even(double x) {
@@ -76,7 +61,8 @@ std::string real_idx_path(const IndexedDataset& data) {
 // Everything that determines the three arrays; its hash names the cache file.
 std::string describe(const IndexedDataset& data, std::pair<size_t, size_t> docs, uint64_t tokens,
                      const GPTDatasetConfig& c) {
-  return cat("megaengine GPTDataset indices\nversion=", kCacheVersion, "\nidx=", real_idx_path(data),
+  return cat("megaengine GPTDataset indices\nversion=", kCacheVersion, "\norder=", kOrderVersion,
+             "\nidx=", real_idx_path(data),
              "\nsequences=", data.size(), "\nrange=", docs.first, ",", docs.second,
              "\nsplit_tokens=", tokens, "\nseq_length=", c.seq_length,
              "\nnum_samples=", c.num_samples, "\nseed=", c.seed, "\nadd_extra_token=1\n");
@@ -89,6 +75,8 @@ void check_args(const IndexedDataset& data, std::pair<size_t, size_t> docs, cons
            data.size(), " sequences of the dataset");
   ME_CHECK(data.size() <= size_t{INT32_MAX}, "GPT dataset '", data.prefix(), "': ", data.size(),
            " sequences exceed the document index's int32 ids");
+  ME_CHECK(c.seed <= UINT32_MAX, "GPT dataset '", data.prefix(), "': seed ", c.seed,
+           " is outside [0, 2^32 - 1], the seeds numpy.random.RandomState (Megatron's shuffles) takes");
 }
 
 uint64_t split_tokens(const IndexedDataset& data, std::pair<size_t, size_t> docs) {
@@ -118,7 +106,7 @@ Arrays build_arrays(const IndexedDataset& data, std::pair<size_t, size_t> docs, 
            docs.second, ") hold ", tokens, " tokens, fewer than one sample of seq_length + 1 = ",
            seq + 1);
   uint64_t sans_final = total;
-  if (a.epochs > 1) {  // Megatron: shuffle a short last epoch on its own
+  if (a.epochs > 1) {  // Megatron: shuffle a last epoch under 80% of an epoch's samples on its own
     sans_final = ((a.epochs - 1) * tokens - 1) / seq;
     const uint64_t per_epoch = (tokens - 1) / seq;
     a.separate = c.num_samples - sans_final < static_cast<uint64_t>(0.80 * static_cast<double>(per_epoch));
@@ -127,7 +115,9 @@ Arrays build_arrays(const IndexedDataset& data, std::pair<size_t, size_t> docs, 
   a.doc.resize(n * a.epochs);
   for (size_t e = 0; e < a.epochs; ++e)
     for (size_t k = 0; k < n; ++k) a.doc[e * n + k] = static_cast<int32_t>(docs.first + k);
-  Shuffler rng{std::mt19937_64(c.seed)};
+  // One RandomState, as Megatron's: the document index first (the first E-1 epochs, then the
+  // last, when separate), then the shuffle index.
+  NumpyRandomState rng(static_cast<uint32_t>(c.seed));
   if (a.separate) {
     rng.shuffle(a.doc.data(), n * (a.epochs - 1));
     rng.shuffle(a.doc.data() + n * (a.epochs - 1), n);
@@ -158,10 +148,15 @@ Arrays build_arrays(const IndexedDataset& data, std::pair<size_t, size_t> docs, 
     }
     a.sample.insert(a.sample.end(), {static_cast<int64_t>(pos), off});
   }
+  // Megatron stores this as uint32 below 2^32 - 1 samples, int64 above; the draws are the same.
   a.shuffle.resize(total);
   for (uint64_t i = 0; i < total; ++i) a.shuffle[i] = static_cast<int64_t>(i);
-  rng.shuffle(a.shuffle.data(), sans_final);
-  rng.shuffle(a.shuffle.data() + sans_final, total - sans_final);
+  if (a.separate) {
+    rng.shuffle(a.shuffle.data(), sans_final);
+    rng.shuffle(a.shuffle.data() + sans_final, total - sans_final);
+  } else {
+    rng.shuffle(a.shuffle.data(), total);
+  }
   return a;
 }
 
@@ -215,14 +210,18 @@ std::array<std::pair<size_t, size_t>, 3> split_documents(const std::string& spli
   ME_CHECK(parts.size() <= 3, "split '", split, "' has ", parts.size(),
            " weights; expected at most three (train, valid, test) such as \"98,2,0\"");
   while (parts.size() < 3) parts.emplace_back("0");
-  double w[3], sum = 0;
-  for (int k = 0; k < 3; ++k) sum += (w[k] = parse_weight(parts[k], split));
+  double w[3];
+  for (int k = 0; k < 3; ++k) w[k] = parse_weight(parts[k], split);
+  const double sum = numpy_sum(w, 3);
   ME_CHECK(sum > 0, "split '", split, "': the weights sum to zero");
+  // Megatron-core's split matrix: bookends 0, w0, w0 + w1, w0 + w1 + w2 of the normalised
+  // weights, each rounded to a sequence as round(bookend x documents).
+  double edge = 0;
   int64_t b[4] = {0, 0, 0, 0};
-  for (int k = 0; k < 3; ++k) b[k + 1] = b[k] + round_half_even(w[k] / sum * static_cast<double>(documents));
-  const int64_t shift = b[3] - static_cast<int64_t>(documents);
-  for (int k = 1; k < 4; ++k)
-    b[k] = std::min<int64_t>(std::max<int64_t>(b[k] - shift, b[k - 1]), static_cast<int64_t>(documents));
+  for (int k = 0; k < 3; ++k) {
+    edge += w[k] / sum;
+    b[k + 1] = std::min(round_half_even(edge * static_cast<double>(documents)), static_cast<int64_t>(documents));
+  }
   std::array<std::pair<size_t, size_t>, 3> out;
   for (int k = 0; k < 3; ++k) out[k] = {static_cast<size_t>(b[k]), static_cast<size_t>(b[k + 1])};
   return out;
@@ -345,24 +344,20 @@ std::vector<int64_t> GPTDataset::sample(size_t i) const {
 
 // ---- Blending ----
 
-namespace {
-std::vector<double> normalised(const std::vector<double>& weights) {
+std::vector<double> normalize_weights(const std::vector<double>& weights) {
   ME_CHECK(!weights.empty(), "blend: no weights given");
   ME_CHECK(weights.size() <= 65535, "blend: ", weights.size(), " datasets, at most 65535");
-  double sum = 0;
-  for (double w : weights) {
+  for (double w : weights)
     ME_CHECK(std::isfinite(w) && w >= 0, "blend: weight ", w, " is not a finite non-negative number");
-    sum += w;
-  }
+  const double sum = numpy_sum(weights.data(), weights.size());
   ME_CHECK(sum > 0, "blend: the weights sum to zero");
   std::vector<double> out(weights);
   for (double& w : out) w /= sum;
   return out;
 }
-}  // namespace
 
 BlendIndices build_blend_indices(const std::vector<double>& weights, size_t size) {
-  const std::vector<double> w = normalised(weights);
+  const std::vector<double> w = normalize_weights(weights);
   std::vector<int64_t> count(w.size(), 0);
   BlendIndices out;
   out.dataset_index.resize(size);
@@ -384,12 +379,25 @@ BlendIndices build_blend_indices(const std::vector<double>& weights, size_t size
   return out;
 }
 
-std::vector<size_t> blend_samples_needed(const std::vector<double>& weights, size_t size) {
-  const std::vector<double> w = normalised(weights);
+namespace {
+// Megatron's _get_size_per_split_per_dataset: ceil(ceil(size x w) x (1 + surplus)).
+std::vector<size_t> size_per_dataset(const std::vector<double>& weights, size_t size, double surplus) {
+  const std::vector<double> w = normalize_weights(weights);
   std::vector<size_t> out(w.size());
   for (size_t d = 0; d < w.size(); ++d)
-    out[d] = static_cast<size_t>(std::ceil(std::ceil(w[d] * static_cast<double>(size)) * 1.005));
+    out[d] = static_cast<size_t>(std::ceil(std::ceil(static_cast<double>(size) * w[d]) * (1 + surplus)));
   return out;
+}
+}  // namespace
+
+std::vector<size_t> blend_samples_needed(const std::vector<double>& weights, size_t size) {
+  return size_per_dataset(weights, size, kBlendSurplus);
+}
+
+size_t blend_size(const std::vector<double>& weights, size_t size) {
+  size_t total = 0;
+  for (size_t n : size_per_dataset(weights, size, 0.0)) total += n;
+  return total;
 }
 
 BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GPTDataset>> datasets,
@@ -397,8 +405,8 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GPTDataset>> da
     : datasets_(std::move(datasets)) {
   ME_CHECK(datasets_.size() == weights.size(), "blend: ", datasets_.size(), " datasets but ",
            weights.size(), " weights");
-  weights_ = normalised(weights);
-  index_ = build_blend_indices(weights_, size);
+  weights_ = normalize_weights(weights);           // the builder's normalisation
+  index_ = build_blend_indices(weights_, size);     // and BlendedDataset's own, on top
   std::vector<size_t> used(datasets_.size(), 0);
   for (size_t n = 0; n < size; ++n) used[index_.dataset_index[n]]++;
   for (size_t d = 0; d < datasets_.size(); ++d) {

@@ -21,12 +21,11 @@
 namespace me::data {
 
 // "98,2,0" (or "98/2/0") -> [begin, end) sequence ranges for train, valid, test over
-// `documents` elements. As Megatron: weights are normalised, each split's size is
-// round(weight x count) (round half to even, like Python's round), sizes are accumulated, and
-// every boundary is shifted by the same amount so the last one equals `documents`. Our one
-// addition: boundaries are clamped into [previous, documents], which only matters in
-// degenerate cases where Megatron would produce a negative or decreasing boundary.
-// me::Error for anything but exactly three finite non-negative numbers with a positive sum.
+// `documents` elements, as Megatron-core's split matrix: the weights are normalised (missing
+// trailing ones are 0), accumulated into bookends 0 <= e1 <= e2 <= e3, and each boundary is
+// round(e_k x documents) (round half to even, like Python's round). A zero weight gives an
+// empty range (Megatron builds no dataset for that split).
+// me::Error for anything but one to three finite non-negative numbers with a positive sum.
 std::array<std::pair<size_t, size_t>, 3> split_documents(const std::string& split, size_t documents);
 
 // 64-bit FNV-1a, stable across builds and platforms (std::hash is not).
@@ -48,17 +47,16 @@ struct GPTDatasetConfig {
 //     so consecutive samples share one token and samples cross sequence boundaries;
 //   shuffle index: a permutation of the samples (under separate final epoch, the samples of
 //     the first E-1 epochs and those of the last are permuted separately).
-// Randomness: one std::mt19937_64 seeded with `seed` (its output is fixed by the C++
-// standard), drawn first for the document index shuffle(s), then for the shuffle index.
-// Shuffles are our own Fisher-Yates (i from n-1 down to 1, j uniform in [0, i] by masked
-// rejection sampling), not std::shuffle / std::uniform_int_distribution, whose results
-// differ between standard libraries. So the arrays are identical on every platform, but
-// they are NOT the arrays numpy's RandomState gives Megatron for the same seed.
+// Randomness: Megatron's, exactly: one numpy.random.RandomState(seed) (NumpyRandomState,
+// numpy_random.h), drawn first for the document index shuffle(s), then for the shuffle index
+// (whole, or under separate final epoch its first part then the last). The three arrays are
+// therefore Megatron-core GPTDataset's for the same split, seed, seq_length and num_samples,
+// and so are the samples, in the same order. seed must lie in [0, 2^32 - 1], as numpy's.
 //
 // Cache: the arrays live in one file "<prefix>_<16 hex>.gptidx" (or in cache_dir under the
 // prefix's base name); the hex is FNV-1a of a description of everything that determines them
-// (format version, the .idx's real path, its sequence count, the split range and its token
-// count, seq_length, num_samples, seed). The file stores that description too and is
+// (format version, order version, the .idx's real path, its sequence count, the split range
+// and its token count, seq_length, num_samples, seed); a cache of an older order is not reused. The file stores that description too and is
 // validated when loaded; it is written to a temporary name and renamed into place.
 class GPTDataset {
  public:
@@ -108,23 +106,35 @@ class GPTDataset {
   bool separate_final_epoch_ = false;
 };
 
-// Megatron's blending rule: for each position n, pick the dataset d maximising
-// weight[d] x max(n, 1) - count[d] (ties to the lowest d), i.e. the one whose realised share
-// lags its weight most; `dataset_index[n]` is d and `dataset_sample_index[n]` is count[d]
-// before the pick. Weights are normalised; me::Error unless they are finite, non-negative,
-// and sum to more than zero.
+// Megatron's normalize(): w / numpy.sum(w) (numpy's pairwise sum, so the last bits agree).
+// me::Error unless the weights are finite, non-negative, and sum to more than zero.
+std::vector<double> normalize_weights(const std::vector<double>& weights);
+
+// Megatron's blending rule (helpers.cpp build_blending_indices): for each position n, pick the
+// dataset d maximising weight[d] x max(n, 1) - count[d] (ties to the lowest d), i.e. the one
+// whose realised share lags its weight most; `dataset_index[n]` is d and
+// `dataset_sample_index[n]` is count[d] before the pick. The weights are normalised first.
 struct BlendIndices {
   std::vector<uint16_t> dataset_index;
   std::vector<int64_t> dataset_sample_index;
 };
 BlendIndices build_blend_indices(const std::vector<double>& weights, size_t size);
 
-// Samples each dataset should provide for a blend of `size` samples: ceil(w x size x 1.005),
-// Megatron's margin; build each GPTDataset with at least that num_samples.
+// Megatron's mid_level_dataset_surplus: each dataset of a blend is built 0.5% larger.
+constexpr double kBlendSurplus = 0.005;
+// Samples each dataset of a blend asked for `size` samples is built with (its num_samples):
+// ceil(ceil(size x w) x (1 + kBlendSurplus)), w normalised (Megatron's
+// _get_size_per_split_per_dataset with the surplus).
 std::vector<size_t> blend_samples_needed(const std::vector<double>& weights, size_t size);
+// The length Megatron gives a blend asked for `size` samples: the sum over the datasets of
+// ceil(size x w), which can exceed `size` by up to one sample per dataset.
+size_t blend_size(const std::vector<double>& weights, size_t size);
 
 class BlendedDataset {
  public:
+  // `weights` as given by the user (any positive scale) and `size` the blend's length
+  // (blend_size(...) for Megatron's). As Megatron, the weights are normalised twice: once by
+  // its dataset builder, once by its BlendedDataset (the second pass can move the last bit).
   // me::Error if the weights are bad, the counts differ, or a dataset has fewer samples
   // than the blend takes from it.
   BlendedDataset(std::vector<std::shared_ptr<const GPTDataset>> datasets,
@@ -134,7 +144,7 @@ class BlendedDataset {
   std::vector<int64_t> sample(size_t i) const;
   // {dataset, sample within it} that position i delegates to.
   std::pair<size_t, size_t> source(size_t i) const;
-  const std::vector<double>& weights() const { return weights_; }  // normalised
+  const std::vector<double>& weights() const { return weights_; }  // normalised once
 
  private:
   std::vector<std::shared_ptr<const GPTDataset>> datasets_;

@@ -19,8 +19,9 @@ std::array<std::shared_ptr<const GPTSamples>, 3> build_gpt_splits(const GPTDataC
   std::array<std::shared_ptr<const GPTSamples>, 3> out;
   for (size_t k = 0; k < 3; ++k) {
     if (samples[k] == 0) continue;
-    // Each dataset gives its share of the blend (Megatron's 0.5% margin included).
-    const auto needed = data.size() == 1 ? std::vector<size_t>{samples[k]} : blend_samples_needed(weights, samples[k]);
+    // Each dataset of a blend gives its share (Megatron's 0.5% surplus included).
+    const bool blended = data.size() > 1 || c.single_is_blend;
+    const auto needed = blended ? blend_samples_needed(weights, samples[k]) : std::vector<size_t>{samples[k]};
     std::vector<std::shared_ptr<const GPTDataset>> parts;
     for (size_t d = 0; d < data.size(); ++d) {
       const auto range = split_documents(c.split, data[d]->size())[k];
@@ -34,9 +35,9 @@ std::array<std::shared_ptr<const GPTSamples>, 3> build_gpt_splits(const GPTDataC
       g.cache_dir = c.cache_dir;
       parts.push_back(std::make_shared<const GPTDataset>(GPTDataset::build_or_load(data[d], range, g, is_builder)));
     }
-    out[k] = parts.size() == 1
-                 ? std::make_shared<const GPTSamples>(parts[0])
-                 : std::make_shared<const GPTSamples>(std::make_shared<const BlendedDataset>(parts, weights, samples[k]));
+    out[k] = !blended ? std::make_shared<const GPTSamples>(parts[0])
+                      : std::make_shared<const GPTSamples>(std::make_shared<const BlendedDataset>(
+                            parts, weights, blend_size(weights, samples[k])));
   }
   return out;
 }

@@ -39,6 +39,10 @@ class GPTSamples {
 
 struct GPTDataConfig {
   std::vector<std::pair<double, std::string>> blend;  // {weight, prefix}; one entry for one dataset
+  // A single entry is still a blend of one (Megatron's --data-path 1.0 PREFIX, where the weight
+  // makes a BlendedDataset whose dataset is built 0.5% larger, which can change its epochs and
+  // so its order). false: one plain dataset (--data-path PREFIX). Two or more entries: a blend.
+  bool single_is_blend = false;
   std::string split = "969,30,1";                      // train, valid, test weights
   std::string cache_dir;                               // index caches; empty: next to the data
   size_t seq_length = 0;
@@ -46,7 +50,8 @@ struct GPTDataConfig {
 };
 
 // Train, valid and test samples for at least samples[k] samples each (a split asked for 0
-// samples is not built). The builder (rank 0) builds or loads every index cache; the others
+// samples is not built), as Megatron-core's BlendedMegatronDatasetBuilder makes them: the same
+// samples in the same order (a blend's length is blend_size(weights, samples[k])). The builder (rank 0) builds or loads every index cache; the others
 // call after it with is_builder = false and only load. me::Error naming the prefix or the
 // split when a dataset is missing, corrupt, or has no sequences in a split that is needed.
 std::array<std::shared_ptr<const GPTSamples>, 3> build_gpt_splits(const GPTDataConfig& config,

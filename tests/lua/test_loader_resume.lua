@@ -66,6 +66,17 @@ for i = 1, 12 do
 end
 assert(eods > 0, "no end-of-document in 12 batches: the check saw nothing")
 
+-- me.data.loader reads any split: valid is the 2% of 98,2,0, its own samples, far fewer.
+if r == 0 then
+  local train_n = tonumber(tostring(whole):match("BatchLoader: (%d+) train samples"))
+  local valid = me.data.loader(data, { seq = 32, micro = 2, iters = 3, seed = 9, split = "valid" })
+  local valid_n = tonumber(tostring(valid):match("BatchLoader: (%d+) valid samples"))
+  assert(train_n and valid_n and valid_n >= 6 and valid_n * 20 < train_n, tostring(valid) .. " vs " .. tostring(whole))
+  assert(valid:next() ~= seen[1], "the valid split gave the training split's first batch")
+  local ok, err = pcall(me.data.loader, data, { seq = 32, micro = 2, iters = 3, split = "dev" })
+  assert(not ok and tostring(err):find("'dev' is not a split", 1, true), "split = 'dev' gave: " .. tostring(err))
+end
+
 w:barrier()
 if r == 0 then os.execute("rm -rf '" .. dir .. "'"); os.remove(base) end
 print(("rank %d: resumed at consumed_samples %d with identical batches; test_loader_resume passed"):format(r, K))

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "engine/core/error.h"
 #include "engine/data/gpt_dataset.h"
+#include "engine/data/numpy_random.h"
 #include "tests/unit/temp_dir.h"
 
 using namespace me::data;
@@ -99,22 +102,25 @@ bool same_arrays(const GPTDataset& a, const GPTDataset& b) {
 
 }  // namespace
 
-TEST_CASE("split_documents follows Megatron's rounding", "[gpt_dataset]") {
+TEST_CASE("split_documents follows Megatron-core's split matrix", "[gpt_dataset]") {
+  // Expectations from Megatron-core's parse_and_normalize_split + convert_split_vector_to_split_matrix
+  // + int(round(bookend * n)) (blended_megatron_dataset_builder.py); Megatron's None (a split
+  // it does not build) is an empty range here.
   using A = std::array<Range, 3>;
   CHECK(split_documents("98,2,0", 1000) == A{Range{0, 980}, {980, 1000}, {1000, 1000}});
   CHECK(split_documents("949,50,1", 1000) == A{Range{0, 949}, {949, 999}, {999, 1000}});
   CHECK(split_documents("90,9,1", 1000) == A{Range{0, 900}, {900, 990}, {990, 1000}});  // Megatron's docstring
+  CHECK(split_documents("969,30,1", 423) == A{Range{0, 410}, {410, 423}, {423, 423}});
   CHECK(split_documents("100,0,0", 37) == A{Range{0, 37}, {37, 37}, {37, 37}});
-  CHECK(split_documents("98,2,0", 10) == A{Range{0, 10}, {10, 10}, {10, 10}});     // 9.8 -> 10, 0.2 -> 0
-  CHECK(split_documents("1,1,1", 10) == A{Range{0, 4}, {4, 7}, {7, 10}});          // 3+3+3, shifted by 1
-  CHECK(split_documents("1,1,1", 5) == A{Range{0, 1}, {1, 3}, {3, 5}});            // 2+2+2, shifted by -1
-  CHECK(split_documents("1,1,0", 5) == A{Range{0, 3}, {3, 5}, {5, 5}});            // 2.5 -> 2 (half to even)
-  CHECK(split_documents("1,1,0", 7) == A{Range{0, 3}, {3, 7}, {7, 7}});            // 3.5 -> 4
+  CHECK(split_documents("98,2,0", 10) == A{Range{0, 10}, {10, 10}, {10, 10}});     // 9.8 -> 10
+  CHECK(split_documents("1,1,1", 10) == A{Range{0, 3}, {3, 7}, {7, 10}});          // 3.33, 6.67 -> 3, 7
+  CHECK(split_documents("1,1,1", 5) == A{Range{0, 2}, {2, 3}, {3, 5}});            // 1.67, 3.33 -> 2, 3
+  CHECK(split_documents("1,1,0", 5) == A{Range{0, 2}, {2, 5}, {5, 5}});            // 2.5 -> 2 (half to even)
+  CHECK(split_documents("1,1,0", 7) == A{Range{0, 4}, {4, 7}, {7, 7}});            // 3.5 -> 4
   CHECK(split_documents("0.98/0.02/0", 1000) == split_documents("98,2,0", 1000));
   CHECK(split_documents(" 98, 2, 0", 100) == A{Range{0, 98}, {98, 100}, {100, 100}});
   CHECK(split_documents("98,2,0", 0) == A{Range{0, 0}, {0, 0}, {0, 0}});
-  // Degenerate: Megatron would give [0, -1, 1, 3]; we clamp to stay ordered.
-  CHECK(split_documents("0,1,1", 3) == A{Range{0, 0}, {0, 1}, {1, 3}});
+  CHECK(split_documents("0,1,1", 3) == A{Range{0, 0}, {0, 2}, {2, 3}});            // 1.5 -> 2
   for (size_t n : {1, 2, 3, 7, 99, 1000, 123457})
     for (const char* s : {"98,2,0", "949,50,1", "1,1,1", "0,0,1", "3,0,7"}) {
       const A a = split_documents(s, n);
@@ -239,6 +245,53 @@ TEST_CASE("the indices are deterministic for a seed", "[gpt_dataset]") {
   REQUIRE(differ > a.size() / 2);
 }
 
+TEST_CASE("the shuffles are Megatron's: one RandomState through the document and shuffle indices",
+          "[gpt_dataset]") {
+  // Megatron-core's _build_document_sample_shuffle_indices: RandomState(seed) shuffles the
+  // document index (the first E-1 epochs, then the last, when the final epoch is separate),
+  // then the shuffle index (its first part, then the rest, when separate; whole otherwise).
+  // numpy_random's own tests tie NumpyRandomState to numpy.
+  TempDir dir;
+  const std::vector<size_t> lens = lengths(40, 3);
+  auto data = make_dataset(dir / "corpus", lens);
+  const Range r{4, 36};
+  const size_t seq = 32, n = r.second - r.first, T = tokens_in(lens, r), per_epoch = (T - 1) / seq;
+  for (size_t num_samples : {size_t{0}, per_epoch + 1, 3 * per_epoch - 1}) {
+    for (uint64_t seed : {uint64_t{1234}, uint64_t{42}}) {
+      const GPTDataset ds = GPTDataset::build_or_load(data, r, config(seq, num_samples, seed), true);
+      CAPTURE(num_samples, seed, ds.epochs(), ds.separate_final_epoch());
+      const size_t E = ds.epochs();
+      std::vector<int32_t> doc;
+      for (size_t e = 0; e < E; ++e)
+        for (size_t k = r.first; k < r.second; ++k) doc.push_back(static_cast<int32_t>(k));
+      std::vector<int64_t> shuffle(ds.size());
+      for (size_t i = 0; i < shuffle.size(); ++i) shuffle[i] = static_cast<int64_t>(i);
+      NumpyRandomState rs(static_cast<uint32_t>(seed));
+      if (ds.separate_final_epoch()) {
+        const size_t sans_final = ((E - 1) * T - 1) / seq;
+        rs.shuffle(doc.data(), n * (E - 1));
+        rs.shuffle(doc.data() + n * (E - 1), n);
+        rs.shuffle(shuffle.data(), sans_final);
+        rs.shuffle(shuffle.data() + sans_final, shuffle.size() - sans_final);
+      } else {
+        rs.shuffle(doc.data(), doc.size());
+        rs.shuffle(shuffle.data(), shuffle.size());
+      }
+      REQUIRE(ds.document_index_size() == doc.size());
+      for (size_t k = 0; k < doc.size(); ++k) REQUIRE(ds.document_index(k) == doc[k]);
+      for (size_t i = 0; i < shuffle.size(); ++i) REQUIRE(ds.shuffle_index(i) == shuffle[i]);
+    }
+  }
+  // All three kinds were covered: one epoch, a separate final epoch, three epochs shuffled as one.
+  CHECK(GPTDataset::build_or_load(data, r, config(seq, per_epoch + 1, 1), true).separate_final_epoch());
+  const GPTDataset three = GPTDataset::build_or_load(data, r, config(seq, 3 * per_epoch - 1, 1), true);
+  CHECK(three.epochs() == 3);
+  CHECK_FALSE(three.separate_final_epoch());
+  // numpy's RandomState takes 32-bit seeds only.
+  CHECK_THROWS_WITH(GPTDataset::build_or_load(data, r, config(seq, 0, uint64_t{1} << 32), true),
+                    Contains("seed 4294967296") && Contains("2^32 - 1"));
+}
+
 TEST_CASE("the index cache is reused and named by what determines it", "[gpt_dataset]") {
   TempDir dir;
   auto data = make_dataset(dir / "corpus", lengths(30));
@@ -270,6 +323,11 @@ TEST_CASE("the index cache is reused and named by what determines it", "[gpt_dat
   REQUIRE(GPTDataset::cache_path_for(*data, r, config(9, 500, 5)) != path);
   REQUIRE(GPTDataset::cache_path_for(*data, r, config(8, 501, 5)) != path);
   REQUIRE(GPTDataset::cache_path_for(*data, Range{0, 29}, cfg) != path);
+  // The order's version is part of what names the file (a cache of the older order, made with
+  // std::mt19937_64, is rebuilt, not reused).
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(bytes.find("\norder=2\n") != std::string::npos);
 
   // A damaged cache: a non-builder refuses it, the builder rebuilds it.
   fs::resize_file(path, fs::file_size(path) - 8);
@@ -341,6 +399,18 @@ TEST_CASE("blending follows the weights at every prefix", "[gpt_dataset]") {
   CHECK_THROWS_WITH(build_blend_indices({0, 0}, 10), Contains("sum to zero"));
   CHECK_THROWS_AS(build_blend_indices({}, 10), me::Error);
   CHECK(blend_samples_needed({0.3, 0.7}, 1000) == std::vector<size_t>{302, 704});
+  // Megatron's blend length: the sum of ceil(size x w), here 1 + 1 + 1 more than asked.
+  CHECK(blend_size({0.3, 0.7}, 1000) == 1000);
+  CHECK(blend_size({1, 1, 1}, 1000) == 1002);
+  CHECK(blend_samples_needed({1, 1, 1}, 1000) == std::vector<size_t>{336, 336, 336});  // ceil(334 x 1.005)
+  // normalize_weights divides by numpy's pairwise sum, not a left-to-right one.
+  std::vector<double> many(10, 1.0);
+  many[0] = 1e16;
+  const std::vector<double> w = normalize_weights(many);
+  double left = 0;
+  for (double x : many) left += x;
+  REQUIRE(left != numpy_sum(many.data(), many.size()));
+  CHECK(w[1] == 1.0 / numpy_sum(many.data(), many.size()));
 }
 
 TEST_CASE("BlendedDataset delegates to its datasets", "[gpt_dataset]") {
