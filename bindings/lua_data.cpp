@@ -117,13 +117,6 @@ struct LuaLoader {
 LuaLoader& check_loader(lua_State* L) { return check_object<LuaLoader>(L, 1, kLoaderMeta, "loader expected"); }
 
 // True when the spec at t gave data.blend (not data.prefix): even one entry is then a blend.
-bool gave_blend(lua_State* L, int t) {
-  lua_getfield(L, t, "blend");
-  const bool blend = lua_istable(L, -1) && lua_rawlen(L, -1) > 0;
-  lua_pop(L, 1);
-  return blend;
-}
-
 // core.loader(data_spec, { seq, micro, dp, dp_rank, accumulation, iters, consumed_samples, seed,
 // builder, split }) -> loader. `builder`: this process builds the index caches (one rank; the
 // others pass false after a barrier). `split`: "train" (default), "valid" or "test", built for
@@ -133,9 +126,8 @@ int loader_new(lua_State* L) {
   check_table(L, 2);
   const auto d = read_data_spec(L, 1);
   ME_CHECK(d.kind == "gpt", "me.data.loader reads me.data.gpt{} data, got kind '", d.kind, "'");
-  auto c = train::gpt_data_config(d, field_integer(L, 2, "seq", "loader"),
+  const auto c = train::gpt_data_config(d, field_integer(L, 2, "seq", "loader"),
                                   static_cast<uint64_t>(field_integer(L, 2, "seed", "loader", 1234)));
-  c.single_is_blend = gave_blend(L, 1);
   const std::string split = field_string(L, 2, "split", "loader", std::string("train"));
   const size_t k = split == "train" ? 0 : split == "valid" ? 1 : split == "test" ? 2 : 3;
   ME_CHECK(k < 3, "loader.split: '", split, "' is not a split; use \"train\", \"valid\" or \"test\"");

@@ -69,6 +69,7 @@ train::DataSpec read_data_spec(lua_State* L, int t) {
   if (!prefix.empty()) d.blend.emplace_back(1.0, prefix);
   const size_t from_prefix = d.blend.size();
   read_blend(L, t, d);
+  d.blend_given = d.blend.size() > from_prefix;
   ME_CHECK(!d.blend.empty(), "me.data.gpt: give data.prefix (a .bin/.idx prefix) or data.blend = { {weight, prefix}, ... }");
   ME_CHECK(from_prefix == 0 || d.blend.size() == 1, "me.data.gpt: give either data.prefix or data.blend, not both");
   read("split", d.split);

@@ -247,7 +247,8 @@ function me.tokenizer.load(spec) return core.data.tokenizer(spec) end
 -- me.data.preprocess{ input = "a.jsonl", output = "a_text_document", tokenizer = me.tokenizer.gpt2{} }
 me.data.preprocess = core.data.preprocess
 -- The training loader on its own: me.data.loader(me.data.gpt{...}, { seq, micro, iters, dp, dp_rank,
--- accumulation, consumed_samples, seed, builder }); loader:next() -> tokens, labels, first sample.
+-- accumulation, consumed_samples, seed, builder, split ("train" | "valid" | "test") });
+-- loader:next() -> tokens, labels, first sample.
 me.data.loader = core.data.loader
 
 -- Finds a file fetched by scripts/fetch_assets.sh.

@@ -28,6 +28,9 @@ struct DataSpec {
   double holdout{};
   // gpt
   std::vector<std::pair<double, std::string>> blend;  // {weight, prefix}; one entry: one dataset
+  // data.blend was given (not data.prefix): even one entry is then Megatron's blend of one
+  // (`--data-path 1.0 P`), whose dataset is built 0.5% larger, which can change its order.
+  bool blend_given{};
   std::string split;
   std::string cache_dir;  // index caches; empty: next to the data
   bool eod_mask_loss{};

@@ -28,6 +28,7 @@ data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t 
   c.cache_dir = spec.cache_dir;
   c.seq_length = static_cast<size_t>(seq);
   c.seed = seed;
+  c.single_is_blend = spec.blend_given;
   return c;
 }
 
