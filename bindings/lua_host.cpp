@@ -102,7 +102,7 @@ bool LuaHost::run_chunk(const std::string& code, const std::string& chunkname, s
 }
 
 bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& args, bool dry_run, bool interactive,
-                       std::string* error) {
+                       std::string* error, int* exit_status) {
   const int top = lua_gettop(L_);
   // arg, as the stock `lua` interpreter sets it: arg[0] = script, arg[1..] = its arguments.
   lua_createtable(L_, static_cast<int>(args.size()), 1);
@@ -130,6 +130,13 @@ bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& 
   if (!call(L_, 3, 3, error)) {
     lua_settop(L_, top);
     return false;
+  }
+  if (exit_status) {
+    *exit_status = 0;
+    if (lua_istable(L_, -1)) {  // the summary
+      if (lua_getfield(L_, -1, "exit_status") == LUA_TNUMBER) *exit_status = static_cast<int>(lua_tointeger(L_, -1));
+      lua_pop(L_, 1);
+    }
   }
   if (interactive) {
     lua_setglobal(L_, "summary");

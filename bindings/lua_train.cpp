@@ -101,6 +101,8 @@ int tr_run(lua_State* L) {
   if (s.val_loss >= 0) { lua_pushnumber(L, s.val_loss); lua_setfield(L, -2, "val_loss"); }
   lua_pushnumber(L, s.tokens_per_s); lua_setfield(L, -2, "tokens_per_s");
   lua_pushinteger(L, s.skipped); lua_setfield(L, -2, "skipped");
+  lua_pushinteger(L, s.exit_status); lua_setfield(L, -2, "exit_status");
+  if (!s.stopped.empty()) { lua_pushstring(L, s.stopped.c_str()); lua_setfield(L, -2, "stopped"); }
   lua_pushstring(L, s.sample.c_str()); lua_setfield(L, -2, "sample");
   lua_createtable(L, static_cast<int>(s.losses.size()), 0);
   for (size_t i = 0; i < s.losses.size(); ++i) {
@@ -134,6 +136,18 @@ int tr_sample(lua_State* L) {
   return 1;
 }
 
+// t:save(dir): a checkpoint of this moment, written now (every rank calls it together).
+int tr_save(lua_State* L) {
+  check_trainer(L, 1).trainer->save(check_string(L, 2));
+  return 0;
+}
+
+// t:load(path): a checkpoint directory (its latest) or an iter_N directory, of any layout.
+int tr_load(lua_State* L) {
+  check_trainer(L, 1).trainer->load(check_string(L, 2));
+  return 0;
+}
+
 int tr_iteration(lua_State* L) { lua_pushinteger(L, check_trainer(L, 1).trainer->iteration()); return 1; }
 
 int tr_model(lua_State* L) {
@@ -156,6 +170,7 @@ void open_train(lua_State* L, int core) {
   static const luaL_Reg methods[] = {{"step", wrapped<tr_step>}, {"run", wrapped<tr_run>},
                                      {"evaluate", wrapped<tr_evaluate>}, {"sample", wrapped<tr_sample>},
                                      {"iteration", wrapped<tr_iteration>}, {"model", wrapped<tr_model>},
+                                     {"save", wrapped<tr_save>}, {"load", wrapped<tr_load>},
                                      {nullptr, nullptr}};
   static const luaL_Reg metamethods[] = {{"__tostring", wrapped<tr_tostring>}, {nullptr, nullptr}};
   define_class<LuaTrainer>(L, kTrainerMeta, methods, metamethods);

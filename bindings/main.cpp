@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 
+#include "bindings/checkpoint_cli.h"
 #include "bindings/doctor.h"
 #include "bindings/lua_host.h"
 #include "engine/comm/launcher.h"
@@ -34,6 +35,7 @@ const char* kUsage =
     "                                         output prefixed by rank; if one fails, the others are stopped)\n"
     "  megaengine doctor                      report LibTorch, backends, GPUs and peer access, NCCL, libfabric\n"
     "  megaengine preprocess --input F ...    jsonl or text -> Megatron .bin/.idx (megaengine preprocess --help)\n"
+    "  megaengine checkpoint inspect DIR [--verify]   what a checkpoint holds (and its checksums verified)\n"
     "  megaengine                             open the REPL\n"
     "  megaengine --help | --version\n"
     "\n"
@@ -120,6 +122,8 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         return die(e.what());
       }
+    } else if (a == "checkpoint" && recipe.empty()) {
+      return me::lua::checkpoint_main(argc - i - 1, argv + i + 1);
     } else if (a == "preprocess" && recipe.empty()) {
 #if ME_HAVE_TOKENIZERS
       const char* assets = std::getenv("ME_ASSET_DIR");
@@ -148,11 +152,13 @@ int main(int argc, char** argv) {
     std::string error;
     for (const auto& c : chunks)
       if (!host.run_chunk(c, "=(command line)", &error)) return die(error);
-    if (!recipe.empty() && !host.run_file(recipe, rest, dry_run, interactive, &error)) {
+    int status = 0;
+    if (!recipe.empty() && !host.run_file(recipe, rest, dry_run, interactive, &error, &status)) {
       if (!interactive) return die(error);
       std::fprintf(stderr, "megaengine: %s\n", error.c_str());
     }
     if (interactive || (recipe.empty() && chunks.empty())) me::lua::run_repl(host.state());
+    if (status != 0) return status;  // a run stopped by a signal (kExitRequeue once saved)
   } catch (const std::exception& e) {
     return die(e.what());
   }

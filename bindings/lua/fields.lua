@@ -170,6 +170,7 @@ section("train", {
   { "profile_at", 0, "> 0: a kernel profile of the iterations from this one" },
   { "profile_steps", 3, "iterations the kernel profile covers" },
   { "profile_trace", "", "where the profile's Chrome trace goes (one per rank); empty: none" },
+  { "exit_interval", 0, "stop (saving a checkpoint when checkpoint.dir is set) at iterations divisible by this; 0: never" },
 }, "recipe.train: how long, and what to log")
 section("sample", {
   { "prompt", "\n", "the text a sample starts from" },
@@ -177,6 +178,14 @@ section("sample", {
   { "top_k", 1, "sample among the k likeliest tokens (1: greedy)" },
   { "temperature", 1.0, "softmax temperature of the sampling" },
 }, "recipe.sample: text generated at the end of the run; trainer:sample{} takes the same fields")
+section("checkpoint", {
+  { "dir", "", "where checkpoints go (Megatron's --save); a run whose dir holds one resumes from it; empty: no saving" },
+  { "interval", 0, "iterations between saves (--save-interval); 0: only at the end, on a signal or exit_interval" },
+  { "keep", 0, "committed checkpoints kept, the oldest deleted after a newer one commits; 0: keep all" },
+  { "async", true, "write in the background after copying to host memory (the copy is the only pause)" },
+  { "load", "", "start from this checkpoint (a directory or an iter_N in it) when dir holds none (--load)" },
+  { "save_on_exit", true, "save at the end of the run (and when stopped by SIGTERM/SIGUSR1) when dir is set" },
+}, "recipe.checkpoint: sharded, atomic, resumable saves; Megatron's --save/--load/--save-interval")
 section("log", {
   { "level", "info", "trace | debug | info | warn | error | off (ME_LOG_LEVEL wins)" },
 }, "recipe.log")
@@ -233,6 +242,6 @@ function F.describe(which)
 end
 
 -- The sections whose fields a recipe table holds directly (recipe.parallel.tp, ...).
-F.recipe_sections = { "batch", "parallel", "comm", "train", "sample", "log" }
+F.recipe_sections = { "batch", "parallel", "comm", "train", "sample", "checkpoint", "log" }
 
 return F

@@ -105,8 +105,8 @@ class SignalScope {
   SignalScope(const SignalScope&) = delete;
   SignalScope& operator=(const SignalScope&) = delete;
 
-  static constexpr int kCount = 3;
-  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGCHLD};
+  static constexpr int kCount = 4;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGUSR1, SIGCHLD};
 
  private:
   struct sigaction old_[kCount] {};
@@ -331,7 +331,18 @@ class Launcher {
       close_stream(r.out, r.prefix);
       close_stream(r.err, r.prefix);
     }
+    if (!result_ && forwarded_) return status_after_signal();
     return result_.value_or(0);
+  }
+
+  // After a forwarded signal: the ranks' own exit status when they all exited with the same
+  // one (a training run that saved and stopped: kExitRequeue), else 128 + the signal.
+  int status_after_signal() const {
+    const auto& first = ranks_.front();
+    const bool same = std::all_of(ranks_.begin(), ranks_.end(), [&](const Rank& r) {
+      return WIFEXITED(r.status) && WEXITSTATUS(r.status) == WEXITSTATUS(first.status);
+    });
+    return same ? WEXITSTATUS(first.status) : 128 + forwarded_;
   }
 
  private:
@@ -368,7 +379,7 @@ class Launcher {
     ::sigprocmask(SIG_BLOCK, &block, &old_mask);
     pid_t pid = ::fork();
     if (pid == 0) {
-      for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
+      for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
       ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
       ::setpgid(0, 0);  // own process group: kill(-pid) reaches everything this rank starts
       if (null_fd >= 0) move_fd(null_fd, STDIN_FILENO);
@@ -439,13 +450,15 @@ class Launcher {
     begin_stop(SIGTERM);
   }
 
+  // SIGTERM and SIGUSR1 give the ranks time to save a checkpoint and stop by themselves
+  // (save_grace_seconds); SIGINT only grace_seconds.
   void on_launcher_signal(int sig) {
     if (!stopping_) {
       int n = static_cast<int>(std::count_if(ranks_.begin(), ranks_.end(),
                                              [](const Rank& r) { return r.running; }));
       say(cat("got ", signal_name(sig), "; forwarding it to ", plural_ranks(n)));
-      result_ = 128 + sig;
-      begin_stop(sig);
+      forwarded_ = sig;
+      begin_stop(sig, sig == SIGINT ? opts_.grace_seconds : opts_.save_grace_seconds);
     } else if (!killed_) {
       // A second Ctrl-C means the user does not want to wait for the grace period.
       say(cat("got ", signal_name(sig), " again; killing the ranks"));
@@ -454,9 +467,10 @@ class Launcher {
   }
 
   // Signals every rank's process group, exited ranks included (their leftovers share it).
-  void begin_stop(int sig) {
+  void begin_stop(int sig) { begin_stop(sig, opts_.grace_seconds); }
+  void begin_stop(int sig, double grace) {
     stopping_ = true;
-    kill_deadline_ = Clock::now() + seconds(opts_.grace_seconds);
+    kill_deadline_ = Clock::now() + seconds(grace);
     for (auto& r : ranks_) ::kill(-r.pid, sig);
   }
 
@@ -515,7 +529,7 @@ class Launcher {
       ssize_t got;
       while ((got = ::read(g_signal_pipe[0], sigs, sizeof sigs)) > 0) {
         for (ssize_t k = 0; k < got; ++k)
-          if (sigs[k] == SIGINT || sigs[k] == SIGTERM) on_launcher_signal(sigs[k]);
+          if (sigs[k] == SIGINT || sigs[k] == SIGTERM || sigs[k] == SIGUSR1) on_launcher_signal(sigs[k]);
         // SIGCHLD only needed to wake us up; reap() runs at the top of the loop.
       }
     }
@@ -530,7 +544,8 @@ class Launcher {
   const LaunchOptions& opts_;
   int port_;
   std::vector<Rank> ranks_;
-  std::optional<int> result_;  // set by the first failure or signal; 0 otherwise
+  std::optional<int> result_;  // set by the first failure; 0 otherwise
+  int forwarded_ = 0;          // the signal forwarded to the ranks (0: none)
   bool stopping_ = false;      // SIGTERM (or the forwarded signal) has been sent
   bool killed_ = false;        // SIGKILL has been sent, or there was nothing left to kill
   Clock::time_point kill_deadline_{};

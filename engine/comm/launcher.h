@@ -13,6 +13,9 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;                   // 0: pick a free TCP port on master_addr
   double grace_seconds = 5.0;            // after SIGTERM, wait this long before SIGKILL
+  // After SIGTERM or SIGUSR1 received by the launcher and forwarded: time for the ranks to save
+  // a checkpoint and stop by themselves before SIGKILL.
+  double save_grace_seconds = 600.0;
   bool prefix_output = true;             // "[rank 3] " before every line of a child's output
 };
 
@@ -25,9 +28,10 @@ struct LaunchOptions {
 //
 // Returns 0 when every rank exited 0. When a rank fails, prints one line naming it to stderr
 // ("megaengine: rank 2 exited with status 3; stopping the other 3 ranks"), sends SIGTERM to the
-// others, SIGKILL after grace_seconds, reaps them all and returns 1. SIGINT / SIGTERM received
-// by the launcher are forwarded to every rank (same grace rule; a second one kills at once)
-// and the result is 130 / 143. Throws me::Error on invalid options or when the ranks cannot
+// others, SIGKILL after grace_seconds, reaps them all and returns 1. SIGINT, SIGTERM and SIGUSR1
+// received by the launcher are forwarded to every rank (SIGTERM and SIGUSR1 with
+// save_grace_seconds, for a checkpoint; a second signal kills at once); the result is the ranks'
+// common exit status (75 after a saved stop, 0 if they finished), else 128 + the signal. Throws me::Error on invalid options or when the ranks cannot
 // be started (after stopping any already started). Not reentrant: one launch at a time.
 int launch(const LaunchOptions& opts);
 

@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -14,9 +15,11 @@
 
 // ME_TORCH_HAS_CUDA: set by CMake when LibTorch was built with CUDA (the GPU machine).
 #if ME_TORCH_HAS_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
+#include <ATen/CPUGeneratorImpl.h>
 
 #define ME_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -189,6 +192,35 @@ inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weigh
 inline std::string torch_version() { return TORCH_VERSION; }
 
 inline bool cuda_available() { return torch::cuda::is_available(); }
+
+// The default generators' states, for checkpoints: the CPU's, and the current GPU's (undefined
+// without CUDA). Each generator's own mutex guards it, as LibTorch's Python bindings do.
+inline torch::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+inline void set_cpu_rng_state(const torch::Tensor& state) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+#if ME_TORCH_HAS_CUDA
+inline torch::Tensor cuda_rng_state() {
+  if (!cuda_available()) return {};
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+inline void set_cuda_rng_state(const torch::Tensor& state) {
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+#else
+inline torch::Tensor cuda_rng_state() { return {}; }
+inline void set_cuda_rng_state(const torch::Tensor&) {}
+#endif
 
 // Waits for all work queued on the current GPU.
 inline void cuda_synchronize() { torch::cuda::synchronize(); }

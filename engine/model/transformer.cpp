@@ -296,18 +296,18 @@ void TransformerImpl::reset_parameters(uint64_t seed) {
       auto& value = p.value();
       if ((info.dim < 0 || tp_.size() == 1) && value.device().is_cpu() && value.scalar_type() == torch::kFloat &&
           value.is_contiguous()) {
-        seeded_normal_(value, std, mix(seed, model_name(name)));  // whole and fp32 here: drawn in place
+        seeded_normal_(value, std, mix(seed, global_name(name)));  // whole and fp32 here: drawn in place
         continue;
       }
       full = torch::empty(info.full_shape);
-      seeded_normal_(full, std, mix(seed, model_name(name)));
+      seeded_normal_(full, std, mix(seed, global_name(name)));
     }
     auto local = info.dim < 0 ? full : parallel::slice_dim(full, info.dim, tp_.rank(), tp_.size());
     p.value().copy_(local);
   }
 }
 
-std::string TransformerImpl::model_name(const std::string& local) const {
+std::string TransformerImpl::global_name(const std::string& local) const {
   const std::string prefix = "blocks.";
   if (first_layer_ == 0 || local.rfind(prefix, 0) != 0) return local;
   const size_t dot = local.find('.', prefix.size());

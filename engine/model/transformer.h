@@ -148,11 +148,13 @@ class TransformerImpl : public torch::nn::Module {
   // replicated parameters that only saw this rank's tokens (norms, row biases).
   void finalize_sequence_parallel_grads();
 
+  // The name a parameter has in the whole model ("blocks.3.x" of stage 1 of 2 with 8 layers is
+  // "blocks.7.x"): initialisation is seeded by it, so every layout starts from the same weights;
+  // checkpoints name tensors by it.
+  std::string global_name(const std::string& local) const;
+
  private:
   torch::Tensor embed(const torch::Tensor& tokens);
-  // The name a parameter has in the whole model ("blocks.3.x" of stage 1 of 2 with 8 layers is
-  // "blocks.7.x"): initialisation is seeded by it, so every layout starts from the same weights.
-  std::string model_name(const std::string& local) const;
 
   TransformerConfig cfg_;
   TensorParallel tp_;

@@ -15,6 +15,18 @@ class LossScaler {
   // After each step: whether its gradients overflowed.
   void update(bool found_inf);
 
+  // Everything a resumed run needs to scale as this one would have.
+  struct State {
+    double scale;
+    int64_t good_steps, hysteresis_left;
+  };
+  State state() const { return {scale_, good_steps_, hysteresis_left_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    good_steps_ = s.good_steps;
+    hysteresis_left_ = s.hysteresis_left;
+  }
+
  private:
   double scale_, min_scale_;
   int64_t growth_interval_, hysteresis_;

@@ -185,6 +185,14 @@ void MasterOptimizer::wait_params() {
   gathers_.clear();
 }
 
+std::vector<MasterOptimizer::SegmentState> MasterOptimizer::segment_states() const {
+  std::vector<SegmentState> out;
+  for (const auto& s : segments_)
+    out.push_back({s.param, s.start, s.length, s.master, s.m, s.v,
+                   params_[s.param].param.scalar_type() != torch::kFloat});
+  return out;
+}
+
 double MasterOptimizer::step(double lr) {
   torch::NoGradGuard no_grad;
   wait_params();  // a forward waited for them already, unless none ran since the last step

@@ -63,6 +63,21 @@ class MasterOptimizer {
   int64_t state_bytes() const { return state_bytes_; }
   int64_t unsharded_state_bytes() const { return unsharded_bytes_; }
 
+  // For checkpoints: each master segment (a whole parameter, or its piece inside this rank's
+  // shard, `start`/`length` within the flattened parameter) with its fp32 master and state
+  // (adamw: m, v = the moments; sgd: m = the momentum). `own_master`: the master is a copy
+  // (bf16/fp16 training), not a view of the parameter itself. Writing into these tensors
+  // changes the optimizer's state (a load).
+  struct SegmentState {
+    size_t param;
+    int64_t start, length;
+    torch::Tensor master, m, v;
+    bool own_master;
+  };
+  std::vector<SegmentState> segment_states() const;
+  int64_t steps() const { return steps_; }  // updates applied (Adam's bias correction counts them)
+  void set_steps(int64_t steps) { steps_ = steps; }
+
  private:
   bool sharded() const { return cfg_.distributed && dp_ != nullptr; }
   void make_fused();

@@ -37,6 +37,12 @@ void validate_train(const RunSpec& s) {
            "sample: tokens must be >= 0, top_k >= 1 and temperature > 0");
   ME_CHECK(s.comm.timeout_s > 0 && s.comm.heartbeat_s > 0, "comm.timeout_s and comm.heartbeat_s must be positive");
   comm::check_nccl_cta_policy(s.comm.nccl_cta_policy);  // also without a communicator (one process)
+  ME_CHECK(t.exit_interval >= 0, "train.exit_interval must be >= 0 (0: never), got ", t.exit_interval);
+  const auto& c = s.checkpoint;
+  ME_CHECK(c.interval >= 0, "checkpoint.interval must be >= 0 (0: only at the end), got ", c.interval);
+  ME_CHECK(c.keep >= 0, "checkpoint.keep must be >= 0 (0: keep all), got ", c.keep);
+  ME_CHECK(c.interval == 0 || !c.dir.empty(), "checkpoint.interval = ", c.interval,
+           " saves nowhere: set checkpoint.dir (e.g. checkpoint.dir=/fsx/checkpoints/run)");
 }
 
 void validate_parallel(const RunSpec& s) {

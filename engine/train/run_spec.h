@@ -127,6 +127,17 @@ struct TrainSpec {
   // - 1, summarised in the log; profile_trace: where its Chrome trace goes ("": none).
   int64_t profile_at{}, profile_steps{};
   std::string profile_trace;
+  int64_t exit_interval{};  // stop at iterations divisible by it (saving first); 0: never
+};
+
+// Checkpoints (engine/checkpoint): Megatron's --save (dir), --save-interval, --load.
+struct CheckpointSpec {
+  std::string dir;        // "": no saving
+  int64_t interval{};     // 0: only at the end, on a signal or at train.exit_interval
+  int64_t keep{};         // 0: keep every committed checkpoint
+  bool async{};
+  std::string load;       // resume from here when dir holds no checkpoint
+  bool save_on_exit{};
 };
 
 struct SampleSpec {
@@ -162,6 +173,7 @@ struct RunSpec {
   CommSpec comm;
   TrainSpec train;
   SampleSpec sample;
+  CheckpointSpec checkpoint;
   LogSpec log;
   RunHooks hooks;
 };
@@ -222,6 +234,17 @@ void visit_fields(S& t, V&& v) {
   v("profile_at", t.profile_at);
   v("profile_steps", t.profile_steps);
   v("profile_trace", t.profile_trace);
+  v("exit_interval", t.exit_interval);
+}
+
+template <class S, class V, if_section<S, CheckpointSpec> = 0>
+void visit_fields(S& c, V&& v) {
+  v("dir", c.dir);
+  v("interval", c.interval);
+  v("keep", c.keep);
+  v("async", c.async);
+  v("load", c.load);
+  v("save_on_exit", c.save_on_exit);
 }
 
 template <class S, class V, if_section<S, SampleSpec> = 0>
@@ -284,6 +307,7 @@ void visit_sections(S& r, F&& f) {
   f("comm", r.comm);
   f("train", r.train);
   f("sample", r.sample);
+  f("checkpoint", r.checkpoint);
   f("log", r.log);
 }
 

@@ -6,6 +6,8 @@
 
 #include "engine/core/error.h"
 #include "engine/core/log.h"
+#include "engine/core/exit_status.h"
+#include "engine/core/stop_signals.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/train/step_profiler.h"
@@ -32,44 +34,6 @@ torch::ScalarType param_dtype(const std::string& precision) {
   return precision == "bf16" ? torch::kBFloat16 : precision == "fp16" ? torch::kHalf : torch::kFloat;
 }
 
-// The steps between two progress lines. Their losses stay on the device until the line is
-// written: reading each one would make the host wait for every step's end before queueing the
-// next.
-class LogWindow {
- public:
-  void add(const torch::Tensor& loss, bool skipped, double ms) {
-    losses_.push_back(loss);
-    skipped_.push_back(skipped);
-    ms_ += ms;
-  }
-  // Reads the window's losses back, appends them to `all`, and returns the mean loss of the
-  // steps that were not skipped (the last loss when all were); empties the window.
-  double close(std::vector<double>& all) {
-    const auto values = torch::cat(losses_).to(torch::kCPU, torch::kDouble);
-    double sum = 0;
-    int64_t counted = 0;
-    for (size_t k = 0; k < losses_.size(); ++k) {
-      const double loss = values[static_cast<int64_t>(k)].item<double>();
-      all.push_back(loss);
-      if (!skipped_[k]) {
-        sum += loss;
-        ++counted;
-      }
-    }
-    ms_per_step_ = ms_ / static_cast<double>(losses_.size());
-    losses_.clear();
-    skipped_.clear();
-    ms_ = 0;
-    return counted ? sum / static_cast<double>(counted) : all.back();
-  }
-  double ms_per_step() const { return ms_per_step_; }  // of the window last closed
-
- private:
-  std::vector<torch::Tensor> losses_;
-  std::vector<bool> skipped_;
-  double ms_ = 0, ms_per_step_ = 0;
-};
-
 }  // namespace
 
 // ---- phases ---------------------------------------------------------------------------
@@ -95,6 +59,34 @@ PhaseTimes PhaseTimer::take(int64_t steps) {
   return mean;
 }
 
+// ---- the log window -------------------------------------------------------------------
+
+void LogWindow::add(const torch::Tensor& loss, bool skipped, double ms) {
+  losses_.push_back(loss);
+  skipped_.push_back(skipped);
+  ms_ += ms;
+}
+
+double LogWindow::close(std::vector<double>& all) {
+  const auto values = torch::cat(losses_).to(torch::kCPU, torch::kDouble);
+  double sum = 0;
+  int64_t counted = 0;
+  for (size_t k = 0; k < losses_.size(); ++k) {
+    const double loss = values[static_cast<int64_t>(k)].item<double>();
+    all.push_back(loss);
+    if (!skipped_[k]) {
+      sum += loss;
+      ++counted;
+    }
+  }
+  steps_closed_ = static_cast<int64_t>(losses_.size());
+  ms_per_step_ = ms_ / static_cast<double>(losses_.size());
+  losses_.clear();
+  skipped_.clear();
+  ms_ = 0;
+  return counted ? sum / static_cast<double>(counted) : all.back();
+}
+
 // ---- construction, in named steps ------------------------------------------------------
 
 Trainer::Trainer(RunSpec spec)
@@ -105,10 +97,12 @@ Trainer::Trainer(RunSpec spec)
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   connect();
   plan_batches();
+  find_checkpoint();
   open_data();
   build_model();
   build_optimizer();
   build_pipeline();
+  resume();
 }
 
 Trainer::~Trainer() = default;
@@ -157,6 +151,7 @@ void Trainer::open_data() {
   layout.dp_rank = plan_.dp_rank;
   layout.accumulation = plan_.accumulation;
   layout.iters = plan_.iters;
+  layout.consumed_samples = resume_consumed_;
   layout.pin_memory = device_.is_cuda();
   data_ = std::make_unique<TrainData>(spec_, comm_.get(), layout);
   ME_CHECK(spec_.model.vocab >= data_->vocab(), "model.vocab (", spec_.model.vocab, ") is smaller than the ",
@@ -211,6 +206,7 @@ void Trainer::build_optimizer() {
     const bool shared_embedding = model_->holds_shared_embedding() && named[i].key() == "embedding.weight";
     const bool counted = (info.dim >= 0 || tp_rank == 0) && !(shared_embedding && !stage_.first());
     masters.push_back({named[i].value(), named[i].value().dim() >= 2, counted});
+    saves_param_.push_back(counted);  // the same copy a checkpoint saves
     if (info.sequence_parallel_grad) sequence_parallel_params_.push_back(i);
     if (shared_embedding) shared_embedding_param_ = static_cast<int64_t>(i);
   }
@@ -301,7 +297,9 @@ StepResult Trainer::step_async() {
   StepResult r;
   r.iteration = ++iteration_;
   r.lr = step_lr();
+  start_control();  // read after the norm, which waits for the GPU anyway
   r.grad_norm = optimizer_->step(r.lr);
+  read_control();
   // A NaN/Inf gradient would poison the weights and every later step: skipped and counted.
   r.skipped = !std::isfinite(r.grad_norm);
   if (scaler_) scaler_->update(r.skipped);  // fp16 overflows are expected now and then: no warning
@@ -395,14 +393,37 @@ void Trainer::log_start() const {
               " MiB registered with the data-parallel NCCL group, outside LibTorch's allocator (not in its peak)");
 }
 
+LogRecord Trainer::close_window(LogWindow& window, const StepResult& r, Summary& s) {
+  const auto& t = spec_.train;
+  LogRecord rec;
+  rec.loss = window.close(s.losses);
+  rec.iteration = iteration_;
+  rec.iters = plan_.iters;
+  rec.consumed_samples = consumed_samples();
+  rec.global_batch = plan_.global;
+  rec.lr = r.lr;
+  rec.grad_norm = r.grad_norm;
+  rec.skipped = skipped_;
+  rec.nan = nan_;
+  rec.ms_per_iter = window.ms_per_step();
+  rec.tokens_per_s = static_cast<double>(plan_.global * spec_.model.seq) * 1000.0 / rec.ms_per_iter;
+  rec.tflops_per_gpu = flops_per_iteration_ / (rec.ms_per_iter / 1000.0) / (comm_ ? comm_->world_size() : 1) / 1e12;
+  if (t.peak_tflops > 0) rec.mfu = rec.tflops_per_gpu / t.peak_tflops;
+  if (scaler_) rec.loss_scale = scaler_->scale();
+  rec.phases = phases_.take(window.steps_closed());
+  const bool eval_now =
+      t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == plan_.iters);
+  if (eval_now) s.val_loss = rec.val_loss = evaluate();
+  return rec;
+}
+
 Summary Trainer::run() {
   const auto& t = spec_.train;
   if (is_logging_rank()) log_start();
+  StopSignals signals;  // SIGTERM / SIGUSR1: save and stop at the next step boundary
   Summary s;
   LogWindow window;
   double total_ms = 0;
-  const double tokens_per_step = static_cast<double>(plan_.global * spec_.model.seq);
-  const int world = comm_ ? comm_->world_size() : 1;
   std::unique_ptr<StepProfiler> profiler;
   if (t.profile_at > 0)
     profiler = std::make_unique<StepProfiler>(t.profile_at, t.profile_steps, t.profile_trace, device_.is_cuda(),
@@ -415,29 +436,23 @@ Summary Trainer::run() {
         log::info(summary);
     window.add(last_loss_, r.skipped, r.ms);
     total_ms += r.ms;
-    if (iteration_ % t.log_interval != 0 && iteration_ != plan_.iters) continue;
-    LogRecord rec;
-    rec.loss = window.close(s.losses);
-    rec.iteration = iteration_;
-    rec.iters = plan_.iters;
-    rec.consumed_samples = consumed_samples();
-    rec.global_batch = plan_.global;
-    rec.lr = r.lr;
-    rec.grad_norm = r.grad_norm;
-    rec.skipped = skipped_;
-    rec.nan = nan_;
-    rec.ms_per_iter = window.ms_per_step();
-    rec.tokens_per_s = tokens_per_step * 1000.0 / rec.ms_per_iter;
-    rec.tflops_per_gpu = flops_per_iteration_ / (rec.ms_per_iter / 1000.0) / world / 1e12;
-    if (t.peak_tflops > 0) rec.mfu = rec.tflops_per_gpu / t.peak_tflops;
-    if (scaler_) rec.loss_scale = scaler_->scale();
-    rec.phases = phases_.take((iteration_ - 1) % t.log_interval + 1);
-    const bool eval_now =
-        t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == plan_.iters);
-    if (eval_now) s.val_loss = rec.val_loss = evaluate();
-    if (is_logging_rank()) log_line(rec);
-    if (spec_.hooks.on_log) spec_.hooks.on_log(rec);
+    const bool stopping = agreed_.stop_signal != 0 || (t.exit_interval > 0 && iteration_ % t.exit_interval == 0);
+    if (iteration_ % t.log_interval == 0 || iteration_ == plan_.iters || stopping) {
+      const auto rec = close_window(window, r, s);
+      if (is_logging_rank()) log_line(rec);
+      if (spec_.hooks.on_log) spec_.hooks.on_log(rec);
+    }
+    if (const int status = after_step(s); status >= 0) {
+      s.exit_status = status;
+      break;
+    }
   }
+  if (s.stopped.empty()) finish_checkpoints();
+  finish_run(s, total_ms);
+  return s;
+}
+
+void Trainer::finish_run(Summary& s, double total_ms) {
   optimizer_->wait_params();  // the last update's all-gathers, if still in flight
   s.iterations = iteration_;
   s.skipped = skipped_;
@@ -445,6 +460,7 @@ Summary Trainer::run() {
     s.first_loss = s.losses.front();
     s.last_loss = s.losses.back();
   }
+  const double tokens_per_step = static_cast<double>(plan_.global * spec_.model.seq);
   s.tokens_per_s = total_ms > 0 ? tokens_per_step * static_cast<double>(s.losses.size()) * 1000.0 / total_ms : 0;
   if (const auto mem = compat::cuda_memory(); mem.peak > 0 && is_logging_rank())
     log::info("peak GPU memory on rank 0: ", mem.peak / 1048576, " MiB allocated by tensors; ", s.tokens_per_s,
@@ -453,12 +469,11 @@ Summary Trainer::run() {
     log::info("tensor-parallel symmetric slots (parallel.tp_symmetric_mb): ", tp_slots_->registered_bytes() / 1048576.0,
               " MiB registered, outside LibTorch's allocator; ", tp_slots_->fallbacks(),
               " all-gathers found no free slot and used ordinary memory");
-  if (spec_.sample.tokens > 0) {
+  if (spec_.sample.tokens > 0 && s.stopped.empty()) {
     const auto& sp = spec_.sample;
     s.sample = sample(sp.prompt, sp.tokens, sp.top_k, sp.temperature);
     if (is_logging_rank()) log::info("sample (", sp.tokens, " tokens, top_k ", sp.top_k, "):\n", s.sample);
   }
-  return s;
 }
 
 std::string Trainer::sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature) {

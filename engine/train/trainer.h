@@ -9,12 +9,14 @@
 // ranks connect (communicator and parallel groups); the batch plan is made (global batch,
 // accumulation, iterations); the data opens; the model is built on this rank's pipeline stage
 // and tensor-parallel slice; the optimizer gets its master weights and gradient buffer; the
-// pipeline schedule ties them together.
+// pipeline schedule ties them together; a checkpoint to resume from (checkpoint.dir, else
+// checkpoint.load) is found before the data opens and loaded last (trainer_checkpoint.cpp).
 #pragma once
 #include <torch/torch.h>
 
 #include <memory>
 
+#include "engine/checkpoint/saver.h"
 #include "engine/comm/communicator.h"
 #include "engine/model/transformer.h"
 #include "engine/optim/loss_scaler.h"
@@ -42,6 +44,10 @@ struct Summary {
   int64_t skipped = 0;
   std::string sample;  // decoded text sampled at the end, if asked for
   std::vector<double> losses;  // every step's loss (global-batch mean)
+  // What the process should exit with: kExitOk, or kExitRequeue after a stop signal and a
+  // save (engine/core/exit_status.h); `stopped`: why the run ended early ("" when it did not).
+  int exit_status = 0;
+  std::string stopped;
 };
 
 // How a step's samples split over the ranks and micro-batches (global = micro x dp x
@@ -49,6 +55,25 @@ struct Summary {
 struct BatchPlan {
   int64_t dp = 1, dp_rank = 0;
   int64_t global = 0, accumulation = 1, iters = 0;
+};
+
+// The steps between two progress lines. Their losses stay on the device until the line is
+// written: reading each one would make the host wait for every step's end before queueing the
+// next.
+class LogWindow {
+ public:
+  void add(const torch::Tensor& loss, bool skipped, double ms);
+  // Reads the window's losses back, appends them to `all`, and returns the mean loss of the
+  // steps that were not skipped (the last loss when all were); empties the window.
+  double close(std::vector<double>& all);
+  double ms_per_step() const { return ms_per_step_; }  // of the window last closed
+  int64_t steps_closed() const { return steps_closed_; }
+
+ private:
+  std::vector<torch::Tensor> losses_;
+  std::vector<bool> skipped_;
+  double ms_ = 0, ms_per_step_ = 0;
+  int64_t steps_closed_ = 0;
 };
 
 // Times the phases of a step (train.profile_phases): mark(p) charges the time since the last
@@ -90,16 +115,41 @@ class Trainer {
   int64_t global_batch() const { return plan_.global; }
   void set_on_log(std::function<void(const LogRecord&)> hook) { spec_.hooks.on_log = std::move(hook); }
 
+  // Checkpoints (trainer_checkpoint.cpp): a synchronous save into `dir` (every rank calls it),
+  // and a load of a checkpoint directory or iter_N directory of any layout, after which the
+  // run continues from its iteration and data position.
+  void save(const std::string& dir);
+  void load(const std::string& path);
+  // This rank's pieces of the model, master weights and optimizer state (and rank 0's RNG
+  // states), named as in the whole model; and what the checkpoint says besides them.
+  std::vector<checkpoint::StateTensor> state_tensors() const;
+  checkpoint::Metadata checkpoint_metadata() const;
+
  private:
   // The constructor's steps, in order.
   void connect();
   void plan_batches();
+  void find_checkpoint();
   void open_data();
   void build_model();
   void build_optimizer();
   void build_pipeline();
+  void resume();
+
+  // Checkpoints at step boundaries (trainer_checkpoint.cpp).
+  void load_state(checkpoint::CheckpointReader& reader);
+  void save_checkpoint();
+  // The per-step agreement of every rank: a stop signal, and whether a save is still being
+  // written; one small all-reduce issued before the optimizer step, read after it.
+  void start_control();
+  void read_control();
+  // Commits, saves and stops as agreed; returns the exit status to stop with, or -1.
+  int after_step(Summary& s);
+  void finish_checkpoints();
 
   void log_start() const;
+  LogRecord close_window(LogWindow& window, const StepResult& r, Summary& s);
+  void finish_run(Summary& s, double total_ms);
   void log_line(const LogRecord& r) const;
   bool is_logging_rank() const;
   double step_lr() const;
@@ -125,6 +175,16 @@ class Trainer {
   double flops_per_iteration_ = 0;
   torch::Tensor last_loss_;
   PhaseTimer phases_;
+  std::vector<bool> saves_param_;  // per parameter: this rank's copy is the one saved (no replica)
+  std::unique_ptr<checkpoint::CheckpointSaver> saver_;  // checkpoint.dir set
+  std::string resume_from_;        // the iteration directory to resume from; "" if none
+  int64_t resume_consumed_ = 0;    // its consumed samples, where the data starts
+  int64_t last_saved_ = -1;        // the iteration saved last
+  struct Agreed {
+    int stop_signal = 0;  // the largest stop signal any rank received (0: none)
+    bool writing = false;  // some rank is still writing its part of a save
+  } agreed_;
+  torch::Tensor control_;  // start_control's all-reduce in flight
 };
 
 }  // namespace me::train

@@ -93,6 +93,7 @@ TEST_CASE("every recipe section lists the same fields in fields.lua and in C++",
   CHECK(cpp_field_names(TrainSpec{}) == lua_field_names(L, "train"));
   CHECK(cpp_field_names(SampleSpec{}) == lua_field_names(L, "sample"));
   CHECK(cpp_field_names(LogSpec{}) == lua_field_names(L, "log"));
+  CHECK(cpp_field_names(CheckpointSpec{}) == lua_field_names(L, "checkpoint"));
   CHECK(cpp_field_names(ScheduleSpec{}) == lua_field_names(L, "schedule"));
   CHECK(cpp_field_names(me::model::TransformerConfig{}) == lua_field_names(L, "model"));
   OptimSpec adamw{"adamw"}, sgd{"sgd"};

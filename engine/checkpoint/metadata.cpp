@@ -1,0 +1,217 @@
+#include "engine/checkpoint/metadata.h"
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.h"
+
+namespace me::checkpoint {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormatName = "megaengine-checkpoint";
+
+// visit_fields into a JSON object, and back (a field the JSON lacks keeps its value).
+struct JsonWriter {
+  json& j;
+  template <class T>
+  void operator()(const char* name, const T& v) {
+    j[name] = v;
+  }
+};
+struct JsonReader {
+  const json& j;
+  template <class T>
+  void operator()(const char* name, T& v) {
+    if (j.contains(name)) v = j.at(name).get<T>();
+  }
+};
+
+json data_to_json(const train::DataSpec& d) {
+  json j = {{"kind", d.kind}, {"path", d.path}, {"holdout", d.holdout}, {"split", d.split},
+            {"cache_dir", d.cache_dir}, {"eod_mask_loss", d.eod_mask_loss}, {"source", d.source},
+            {"source_format", d.source_format}, {"json_key", d.json_key}, {"blend_given", d.blend_given}};
+  j["blend"] = json::array();
+  for (const auto& [w, p] : d.blend) j["blend"].push_back({w, p});
+  const auto& t = d.tokenizer;
+  j["tokenizer"] = {{"kind", t.kind}, {"vocab_file", t.vocab_file}, {"merge_file", t.merge_file},
+                    {"model_file", t.model_file}};
+  return j;
+}
+
+train::DataSpec data_from_json(const json& j) {
+  train::DataSpec d;
+  auto get = [&](const char* k, auto& v) {
+    if (j.contains(k)) v = j.at(k).get<std::decay_t<decltype(v)>>();
+  };
+  get("kind", d.kind);
+  get("path", d.path);
+  get("holdout", d.holdout);
+  get("split", d.split);
+  get("cache_dir", d.cache_dir);
+  get("eod_mask_loss", d.eod_mask_loss);
+  get("source", d.source);
+  get("source_format", d.source_format);
+  get("json_key", d.json_key);
+  get("blend_given", d.blend_given);
+  if (j.contains("blend"))
+    for (const auto& b : j.at("blend")) d.blend.emplace_back(b.at(0).get<double>(), b.at(1).get<std::string>());
+  if (j.contains("tokenizer")) {
+    const auto& t = j.at("tokenizer");
+    d.tokenizer.kind = t.value("kind", "");
+    d.tokenizer.vocab_file = t.value("vocab_file", "");
+    d.tokenizer.merge_file = t.value("merge_file", "");
+    d.tokenizer.model_file = t.value("model_file", "");
+  }
+  return d;
+}
+
+json piece_to_json(const Piece& p) {
+  return {{"file", p.file}, {"key", p.key}, {"dim", p.dim}, {"start", p.start}, {"length", p.length},
+          {"flat_start", p.flat_start}, {"flat_length", p.flat_length}};
+}
+
+Piece piece_from_json(const json& j) {
+  Piece p;
+  p.file = j.at("file").get<std::string>();
+  p.key = j.at("key").get<std::string>();
+  p.dim = j.at("dim").get<int64_t>();
+  p.start = j.at("start").get<int64_t>();
+  p.length = j.at("length").get<int64_t>();
+  p.flat_start = j.at("flat_start").get<int64_t>();
+  p.flat_length = j.at("flat_length").get<int64_t>();
+  return p;
+}
+
+}  // namespace
+
+std::string recipe_to_json(const train::RunSpec& spec) {
+  json j;
+  train::visit_top_fields(spec, JsonWriter{j});
+  JsonWriter model{j["model"]};
+  model::visit_fields(spec.model, model);
+  j["data"] = data_to_json(spec.data);
+  train::visit_sections(spec, [&](const char* name, const auto& section) { train::visit_fields(section, JsonWriter{j[name]}); });
+  return j.dump(1);
+}
+
+train::RunSpec recipe_from_json(const std::string& text, const std::string& file) {
+  try {
+    const json j = json::parse(text);
+    train::RunSpec spec;
+    train::visit_top_fields(spec, JsonReader{j});
+    if (j.contains("model")) model::visit_fields(spec.model, JsonReader{j.at("model")});
+    if (j.contains("data")) spec.data = data_from_json(j.at("data"));
+    train::visit_sections(spec, [&](const char* name, auto& section) {
+      if (j.contains(name)) train::visit_fields(section, JsonReader{j.at(name)});
+    });
+    return spec;
+  } catch (const json::exception& e) {
+    fail("'", file, "': its recipe cannot be read (", e.what(), ")");
+  }
+}
+
+std::string Metadata::to_json() const {
+  json j;
+  j["format"] = kFormatName;
+  j["version"] = version;
+  j["iteration"] = iteration;
+  j["consumed_samples"] = consumed_samples;
+  j["skipped_iterations"] = skipped;
+  j["nan_iterations"] = nan;
+  j["optimizer_steps"] = optimizer_steps;
+  j["loss_scale"] = {{"scale", loss_scale}, {"good_steps", loss_scale_good_steps},
+                     {"hysteresis_left", loss_scale_hysteresis_left}};
+  j["vocab"] = vocab;
+  j["layout"] = {{"world", layout.world}, {"tp", layout.tp}, {"pp", layout.pp}, {"dp", layout.dp},
+                 {"stage_layers", layout.stage_layers}, {"distributed_optimizer", layout.distributed_optimizer},
+                 {"precision", layout.precision}};
+  j["recipe"] = recipe_json.empty() ? json::object() : json::parse(recipe_json);
+  j["tensors"] = json::object();
+  j["shards"] = json::object();
+  for (const auto& [name, t] : tensors) {
+    json pieces = json::array();
+    for (const auto& p : t.pieces) pieces.push_back(piece_to_json(p));
+    j["tensors"][name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces}};
+  }
+  for (const auto& [file, s] : shards) {
+    char crc[9];
+    std::snprintf(crc, sizeof crc, "%08x", s.crc32c);
+    j["shards"][file] = {{"rank", s.rank}, {"bytes", s.bytes}, {"crc32c", crc}};
+  }
+  return j.dump(1);
+}
+
+Metadata Metadata::parse(const std::string& text, const std::string& file) {
+  Metadata m;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail("'", file, "' is not a checkpoint's metadata: it is not JSON (", e.what(), ")");
+  }
+  ME_CHECK(j.is_object() && j.value("format", "") == kFormatName, "'", file, "' is not a megaengine checkpoint's ",
+           "metadata (no \"format\": \"", kFormatName, "\")");
+  try {
+    m.version = j.at("version").get<int64_t>();
+    ME_CHECK(m.version <= kFormatVersion, "'", file, "' is checkpoint format version ", m.version,
+             ", newer than this megaengine reads (", kFormatVersion, "): use a newer megaengine");
+    m.iteration = j.at("iteration").get<int64_t>();
+    m.consumed_samples = j.at("consumed_samples").get<int64_t>();
+    m.skipped = j.value("skipped_iterations", int64_t{0});
+    m.nan = j.value("nan_iterations", int64_t{0});
+    m.optimizer_steps = j.value("optimizer_steps", int64_t{0});
+    if (j.contains("loss_scale")) {
+      const auto& s = j.at("loss_scale");
+      m.loss_scale = s.value("scale", 0.0);
+      m.loss_scale_good_steps = s.value("good_steps", int64_t{0});
+      m.loss_scale_hysteresis_left = s.value("hysteresis_left", int64_t{0});
+    }
+    m.vocab = j.value("vocab", int64_t{0});
+    const auto& l = j.at("layout");
+    m.layout.world = l.at("world").get<int64_t>();
+    m.layout.tp = l.at("tp").get<int64_t>();
+    m.layout.pp = l.at("pp").get<int64_t>();
+    m.layout.dp = l.at("dp").get<int64_t>();
+    m.layout.stage_layers = l.at("stage_layers").get<std::vector<int64_t>>();
+    m.layout.distributed_optimizer = l.at("distributed_optimizer").get<bool>();
+    m.layout.precision = l.value("precision", "");
+    m.recipe_json = j.at("recipe").dump();
+    for (const auto& [name, t] : j.at("tensors").items()) {
+      TensorRecord r;
+      r.dtype = t.at("dtype").get<std::string>();
+      r.shape = t.at("shape").get<std::vector<int64_t>>();
+      for (const auto& p : t.at("pieces")) r.pieces.push_back(piece_from_json(p));
+      m.tensors[name] = std::move(r);
+    }
+    for (const auto& [f, s] : j.at("shards").items()) {
+      ShardRecord r;
+      r.rank = s.at("rank").get<int>();
+      r.bytes = s.at("bytes").get<uint64_t>();
+      r.crc32c = static_cast<uint32_t>(std::stoul(s.at("crc32c").get<std::string>(), nullptr, 16));
+      m.shards[f] = r;
+    }
+  } catch (const json::exception& e) {
+    fail("'", file, "': a field of the checkpoint's metadata is missing or has the wrong type (", e.what(), ")");
+  } catch (const std::invalid_argument&) {
+    fail("'", file, "': a shard checksum is not hexadecimal");
+  }
+  for (const auto& [name, t] : m.tensors)
+    for (const auto& p : t.pieces)
+      ME_CHECK(m.shards.count(p.file), "'", file, "': tensor '", name, "' is in shard '", p.file,
+               "', which the metadata does not list");
+  return m;
+}
+
+void Metadata::merge_tensors(const Metadata& other) {
+  for (const auto& [name, t] : other.tensors) {
+    auto [it, added] = tensors.emplace(name, t);
+    if (added) continue;
+    ME_CHECK(it->second.dtype == t.dtype && it->second.shape == t.shape, "checkpoint: ranks disagree on tensor '", name,
+             "' (", it->second.dtype, " vs ", t.dtype, ")");
+    it->second.pieces.insert(it->second.pieces.end(), t.pieces.begin(), t.pieces.end());
+  }
+}
+
+}  // namespace me::checkpoint

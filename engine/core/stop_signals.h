@@ -1,0 +1,24 @@
+// SIGTERM and SIGUSR1 ask a training run to stop at the next step boundary (saving a checkpoint
+// first when there is a checkpoint.dir): Slurm sends them before the time limit
+// (--signal=USR1@300), on preemption and on scancel. While a StopSignals is alive their
+// handlers only record the signal; the previous handlers come back when it goes.
+#pragma once
+#include <csignal>
+
+namespace me {
+
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // The last stop signal received since the handlers were installed (0: none).
+  static int received();
+
+ private:
+  struct sigaction old_term_ {}, old_usr1_ {};
+};
+
+}  // namespace me

@@ -1,0 +1,244 @@
+// The trainer's checkpoints: what a rank saves (its pieces of the model, of the fp32 master
+// weights and of the optimizer state, named as in the whole model so that any layout can load
+// them), when (checkpoint.interval, train.exit_interval, a stop signal, the end), and resuming.
+
+#include "engine/core/error.h"
+#include "engine/core/files.h"
+#include "engine/core/exit_status.h"
+#include "engine/core/log.h"
+#include "engine/core/stop_signals.h"
+#include "engine/core/torch_compat.h"
+#include "engine/train/trainer.h"
+
+namespace me::train {
+
+using checkpoint::StateTensor;
+
+namespace {
+
+// The word embedding and the untied output layer hold the padded vocabulary along dim 0.
+bool holds_padded_vocab(const std::string& global) { return global == "embedding.weight" || global == "output.weight"; }
+
+const char* signal_label(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+}  // namespace
+
+// ---- what is saved -----------------------------------------------------------------------
+
+std::vector<StateTensor> Trainer::state_tensors() const {
+  const int tp_rank = groups_ ? groups_->tp->rank() : 0;
+  const bool dp_first = plan_.dp_rank == 0;
+  const bool sharded = spec_.parallel.distributed_optimizer && plan_.dp > 1;
+  const auto named = model_->named_parameters();
+  // A parameter's piece of the global tensor: its tensor-parallel slice, whole inside it.
+  auto piece_of = [&](size_t i) {
+    const auto& p = named[i].value();
+    const auto& info = model_->shards().at(named[i].key());
+    StateTensor t;
+    t.global_shape = info.full_shape;
+    t.dim = info.dim;
+    t.length = info.dim >= 0 ? p.size(info.dim) : 0;
+    t.start = info.dim >= 0 ? tp_rank * t.length : 0;
+    t.flat_length = p.numel();
+    t.padded_vocab = holds_padded_vocab(model_->global_name(named[i].key()));
+    return t;
+  };
+  std::vector<StateTensor> out;
+  for (size_t i = 0; i < named.size(); ++i) {
+    auto t = piece_of(i);
+    t.name = "model." + model_->global_name(named[i].key());
+    t.tensor = named[i].value();
+    t.save = saves_param_[i] && dp_first;
+    out.push_back(std::move(t));
+  }
+  const bool adamw = spec_.optim.kind == "adamw";
+  for (const auto& seg : optimizer_->segment_states()) {
+    auto base = piece_of(seg.param);
+    base.flat_start = seg.start;
+    base.flat_length = seg.length;
+    base.save = saves_param_[seg.param] && (sharded || dp_first);
+    const std::string global = model_->global_name(named[seg.param].key());
+    auto add = [&](const std::string& kind, const torch::Tensor& tensor) {
+      auto t = base;
+      t.name = kind + "." + global;
+      t.tensor = tensor;
+      out.push_back(std::move(t));
+    };
+    if (seg.own_master) add("master", seg.master);
+    add(adamw ? "exp_avg" : "momentum", seg.m);
+    if (adamw) add("exp_avg_sq", seg.v);
+  }
+  // The generators' states: every rank's are the same (nothing draws per rank), rank 0 saves.
+  const bool rank0 = !comm_ || comm_->rank() == 0;
+  for (const auto& [name, state] : {std::pair{"rng.cpu", compat::cpu_rng_state()}, {"rng.cuda", compat::cuda_rng_state()}}) {
+    if (!state.defined()) continue;
+    StateTensor t;
+    t.name = name;
+    t.tensor = state;
+    t.global_shape = state.sizes().vec();
+    t.flat_length = state.numel();
+    t.save = rank0;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+checkpoint::Metadata Trainer::checkpoint_metadata() const {
+  checkpoint::Metadata m;
+  m.iteration = iteration_;
+  m.consumed_samples = consumed_samples();
+  m.skipped = skipped_;
+  m.nan = nan_;
+  m.optimizer_steps = optimizer_->steps();
+  if (scaler_) {
+    const auto st = scaler_->state();
+    m.loss_scale = st.scale;
+    m.loss_scale_good_steps = st.good_steps;
+    m.loss_scale_hysteresis_left = st.hysteresis_left;
+  }
+  m.vocab = spec_.model.vocab;
+  m.recipe_json = checkpoint::recipe_to_json(spec_);
+  m.layout.world = comm_ ? comm_->world_size() : 1;
+  m.layout.tp = spec_.parallel.tp;
+  m.layout.pp = spec_.parallel.pp;
+  m.layout.dp = plan_.dp;
+  m.layout.stage_layers = stage_.stage_layers(spec_.model.layers);
+  m.layout.distributed_optimizer = spec_.parallel.distributed_optimizer;
+  m.layout.precision = spec_.precision;
+  return m;
+}
+
+// ---- resuming ----------------------------------------------------------------------------
+
+// Before the data opens: removes what crashed saves left, and finds the checkpoint to resume
+// from (checkpoint.dir's latest, else checkpoint.load), whose data position the data needs.
+void Trainer::find_checkpoint() {
+  const auto& c = spec_.checkpoint;
+  const bool rank0 = !comm_ || comm_->rank() == 0;
+  if (!c.dir.empty()) {
+    checkpoint::CheckpointDir dir(c.dir);
+    if (rank0)
+      for (const auto& left : dir.remove_leftovers())
+        log::info("checkpoint: removed ", c.dir, "/", left, ", left by a save that did not finish");
+    if (comm_) comm_->world()->barrier();  // the others look only once rank 0 has cleaned up
+    if (const auto latest = dir.latest()) resume_from_ = dir.iteration_path(*latest);
+    checkpoint::SaverOptions o;
+    o.dir = c.dir;
+    o.keep = c.keep;
+    o.async = c.async;
+    if (const char* slow = std::getenv("ME_TEST_CHECKPOINT_SLOW_MS")) o.slow_ms = std::atoi(slow);
+    saver_ = std::make_unique<checkpoint::CheckpointSaver>(o, comm_.get());
+  }
+  if (resume_from_.empty() && !c.load.empty()) resume_from_ = checkpoint::resolve_iteration_dir(c.load);
+  if (resume_from_.empty()) return;
+  const auto file = files::join(resume_from_, checkpoint::kMetadataFile);
+  resume_consumed_ = checkpoint::Metadata::parse(checkpoint::read_file(file), file).consumed_samples;
+}
+
+void Trainer::resume() {
+  if (resume_from_.empty()) return;
+  checkpoint::CheckpointReader reader(resume_from_);
+  load_state(reader);
+  const auto& l = reader.metadata().layout;
+  if (is_logging_rank())
+    log::info("resumed from ", resume_from_, " (saved at tp ", l.tp, " x pp ", l.pp, " x dp ", l.dp,
+              l.distributed_optimizer ? " with the distributed optimizer" : "", "): iteration ", iteration_,
+              ", consumed samples ", consumed_samples());
+  last_saved_ = iteration_;
+}
+
+void Trainer::load_state(checkpoint::CheckpointReader& reader) {
+  const auto& m = reader.metadata();
+  for (const auto& t : state_tensors()) {
+    const std::string kind = t.name.substr(0, t.name.find('.')), rest = t.name.substr(t.name.find('.') + 1);
+    std::string source = t.name;
+    // fp32 weights from fp32 masters where a bf16 run saved both; masters from the weights
+    // where an fp32 run saved no separate ones.
+    if (kind == "model" && t.tensor.scalar_type() == torch::kFloat && reader.has("master." + rest)) source = "master." + rest;
+    if (kind == "master" && !reader.has(t.name)) source = "model." + rest;
+    if (kind == "rng" && !reader.has(t.name)) continue;  // saved without a GPU, say
+    reader.load(t, source);
+    if (t.name == "rng.cpu") compat::set_cpu_rng_state(t.tensor);
+    if (t.name == "rng.cuda") compat::set_cuda_rng_state(t.tensor);
+  }
+  iteration_ = m.iteration;
+  skipped_ = m.skipped;
+  nan_ = m.nan;
+  optimizer_->set_steps(m.optimizer_steps);
+  if (scaler_ && m.loss_scale > 0) scaler_->set_state({m.loss_scale, m.loss_scale_good_steps, m.loss_scale_hysteresis_left});
+}
+
+void Trainer::load(const std::string& path) {
+  optimizer_->wait_params();
+  checkpoint::CheckpointReader reader(checkpoint::resolve_iteration_dir(path));
+  load_state(reader);
+  // The data continues where the checkpoint's run was.
+  resume_consumed_ = reader.metadata().consumed_samples;
+  open_data();
+  last_saved_ = iteration_;
+  if (is_logging_rank())
+    log::info("loaded ", reader.path(), ": iteration ", iteration_, ", consumed samples ", consumed_samples());
+}
+
+// ---- saving --------------------------------------------------------------------------------
+
+void Trainer::save(const std::string& dir) {
+  checkpoint::SaverOptions o;
+  o.dir = dir;
+  o.async = false;
+  checkpoint::CheckpointSaver saver(o, comm_.get());
+  optimizer_->wait_params();
+  saver.save(state_tensors(), checkpoint_metadata());
+  saver.finish();
+}
+
+void Trainer::save_checkpoint() {
+  optimizer_->wait_params();  // the distributed optimizer's all-gathers, when still in flight
+  saver_->save(state_tensors(), checkpoint_metadata());
+  last_saved_ = iteration_;
+}
+
+void Trainer::start_control() {
+  const int sig = StopSignals::received();
+  const bool writing = saver_ && saver_->writing();
+  if (!comm_ || comm_->world_size() == 1) {
+    agreed_ = {sig, writing};
+    return;
+  }
+  control_ = torch::tensor({sig, writing ? 1 : 0}, torch::kInt).to(device_);
+  comm_->world()->all_reduce(control_, comm::ReduceOp::max);
+}
+
+void Trainer::read_control() {
+  if (!control_.defined()) return;
+  const auto c = control_.to(torch::kCPU);
+  agreed_ = {c[0].item<int>(), c[1].item<int>() != 0};
+  control_ = torch::Tensor();
+}
+
+int Trainer::after_step(Summary& s) {
+  if (saver_ && saver_->pending() && !agreed_.writing) saver_->commit_if_done(true);
+  const int sig = agreed_.stop_signal;
+  const int64_t every = spec_.train.exit_interval;
+  const bool exit_here = every > 0 && iteration_ % every == 0;
+  const bool stop = sig != 0 || exit_here;
+  const bool on_interval = spec_.checkpoint.interval > 0 && iteration_ % spec_.checkpoint.interval == 0;
+  if (saver_ && (on_interval || (stop && spec_.checkpoint.save_on_exit))) save_checkpoint();
+  if (!stop) return -1;
+  if (saver_) saver_->finish();
+  const bool saved = saver_ && last_saved_ == iteration_;
+  s.stopped = sig ? cat(signal_label(sig), " at iteration ", iteration_) : cat("train.exit_interval at iteration ", iteration_);
+  if (is_logging_rank())
+    log::info("stopping: ", s.stopped, saved ? "; a checkpoint of it was saved" : "; nothing was saved",
+              sig && !saved ? " (set checkpoint.dir to save on a signal)" : "");
+  if (!sig) return kExitOk;
+  return saved ? kExitRequeue : 128 + sig;
+}
+
+void Trainer::finish_checkpoints() {
+  if (!saver_) return;
+  if (spec_.checkpoint.save_on_exit && last_saved_ != iteration_) save_checkpoint();
+  saver_->finish();
+}
+
+}  // namespace me::train
