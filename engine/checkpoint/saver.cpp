@@ -132,9 +132,9 @@ void CheckpointSaver::commit(const std::vector<std::string>& results) {
   }
   const auto pruned = dir_.prune(options_.keep);
   log::info("saved checkpoint iteration ", p.iteration, " to ", dir_.iteration_path(p.iteration), ": ", total / 1e9,
-            " GB in ", p.meta.shards.size(), " shards; pause ", p.pause_ms, " ms; slowest rank wrote at ",
-            slowest > 0 ? static_cast<double>(total) / static_cast<double>(p.meta.shards.size()) / slowest / 1e9 : 0.0,
-            " GB/s per shard; committed ", seconds_since(p.started), " s after its step",
+            " GB in ", p.meta.shards.size(), " shards; pause ", p.pause_ms, " ms; written in ", slowest,
+            " s (slowest rank), ", slowest > 0 ? static_cast<double>(total) / slowest / 1e9 : 0.0,
+            " GB/s over all shards; committed ", seconds_since(p.started), " s after its step",
             pruned.empty() ? "" : cat("; deleted ", pruned.size(), " older (checkpoint.keep = ", options_.keep, ")"));
 }
 

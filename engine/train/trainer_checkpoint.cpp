@@ -2,6 +2,8 @@
 // weights and of the optimizer state, named as in the whole model so that any layout can load
 // them), when (checkpoint.interval, train.exit_interval, a stop signal, the end), and resuming.
 
+#include <chrono>
+
 #include "engine/core/error.h"
 #include "engine/core/files.h"
 #include "engine/core/exit_status.h"
@@ -137,13 +139,16 @@ void Trainer::find_checkpoint() {
 
 void Trainer::resume() {
   if (resume_from_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   checkpoint::CheckpointReader reader(resume_from_);
   load_state(reader);
+  if (device_.is_cuda()) compat::cuda_synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto& l = reader.metadata().layout;
   if (is_logging_rank())
     log::info("resumed from ", resume_from_, " (saved at tp ", l.tp, " x pp ", l.pp, " x dp ", l.dp,
               l.distributed_optimizer ? " with the distributed optimizer" : "", "): iteration ", iteration_,
-              ", consumed samples ", consumed_samples());
+              ", consumed samples ", consumed_samples(), "; loaded in ", seconds, " s");
   last_saved_ = iteration_;
 }
 
