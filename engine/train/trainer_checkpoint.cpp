@@ -21,6 +21,8 @@ namespace {
 // The word embedding and the untied output layer hold the padded vocabulary along dim 0.
 bool holds_padded_vocab(const std::string& global) { return global == "embedding.weight" || global == "output.weight"; }
 
+
+
 const char* signal_label(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
 }  // namespace
@@ -152,10 +154,27 @@ void Trainer::resume() {
   last_saved_ = iteration_;
 }
 
+namespace {
+// Whether a checkpoint holds optimizer state: one of weights alone (Hugging Face weights
+// imported, say) starts a fresh optimizer from them.
+bool holds_optimizer_state(const checkpoint::Metadata& m) {
+  for (const auto& [name, t] : m.tensors)
+    if (name.rfind("exp_avg.", 0) == 0 || name.rfind("momentum.", 0) == 0) return true;
+  return false;
+}
+}  // namespace
+
 void Trainer::load_state(checkpoint::CheckpointReader& reader) {
   const auto& m = reader.metadata();
+  const bool fresh_optimizer = !holds_optimizer_state(m);
+  if (fresh_optimizer && is_logging_rank())
+    log::info(reader.path(), " holds weights only: the optimizer starts afresh from them");
   for (const auto& t : state_tensors()) {
     const std::string kind = t.name.substr(0, t.name.find('.')), rest = t.name.substr(t.name.find('.') + 1);
+    if (fresh_optimizer && (kind == "exp_avg" || kind == "exp_avg_sq" || kind == "momentum")) {
+      t.tensor.detach().zero_();
+      continue;
+    }
     std::string source = t.name;
     // fp32 weights from fp32 masters where a bf16 run saved both; masters from the weights
     // where an fp32 run saved no separate ones.
