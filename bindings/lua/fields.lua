@@ -171,6 +171,9 @@ section("train", {
   { "profile_steps", 3, "iterations the kernel profile covers" },
   { "profile_trace", "", "where the profile's Chrome trace goes (one per rank); empty: none" },
   { "exit_interval", 0, "stop (saving a checkpoint when checkpoint.dir is set) at iterations divisible by this; 0: never" },
+  { "nan_policy", "skip", "skip (a step with a non-finite gradient is skipped and counted) | stop (after max_consecutive_nan in a row)" },
+  { "max_consecutive_nan", 3, "with nan_policy = stop: consecutive non-finite steps that stop the run (saving first)" },
+  { "straggler_factor", 1.5, "name the slowest rank when its own step time exceeds the median over ranks by this factor; 0: off" },
 }, "recipe.train: how long, and what to log")
 section("sample", {
   { "prompt", "\n", "the text a sample starts from" },

@@ -20,6 +20,7 @@
 
 #include "engine/comm/free_port.h"
 #include "engine/core/error.h"
+#include "engine/core/exit_status.h"
 
 extern char** environ;
 
@@ -331,18 +332,19 @@ class Launcher {
       close_stream(r.out, r.prefix);
       close_stream(r.err, r.prefix);
     }
-    if (!result_ && forwarded_) return status_after_signal();
-    return result_.value_or(0);
+    if (result_) return *result_;
+    if (const int common = common_status(); common >= 0) return common;
+    return forwarded_ ? 128 + forwarded_ : 1;
   }
 
-  // After a forwarded signal: the ranks' own exit status when they all exited with the same
-  // one (a training run that saved and stopped: kExitRequeue), else 128 + the signal.
-  int status_after_signal() const {
+  // The ranks' exit status when they all exited with the same one (0; kExitRequeue after a
+  // signal and a save; kExitNonFinite), else -1.
+  int common_status() const {
     const auto& first = ranks_.front();
     const bool same = std::all_of(ranks_.begin(), ranks_.end(), [&](const Rank& r) {
       return WIFEXITED(r.status) && WEXITSTATUS(r.status) == WEXITSTATUS(first.status);
     });
-    return same ? WEXITSTATUS(first.status) : 128 + forwarded_;
+    return same && WIFEXITED(first.status) ? WEXITSTATUS(first.status) : -1;
   }
 
  private:
@@ -438,7 +440,11 @@ class Launcher {
       }
       for (int k = 0; k < 16 && pump(r.err, r.prefix) == Pump::kData; ++k) {
       }
-      if (got > 0 && failed(status) && !first_failure) first_failure = &r;
+      // A rank that stopped on purpose (saved on a signal, or too many non-finite steps) is
+      // not a failure: every rank stops the same way at the same step.
+      const bool deliberate = WIFEXITED(status) &&
+                              (WEXITSTATUS(status) == kExitRequeue || WEXITSTATUS(status) == kExitNonFinite);
+      if (got > 0 && failed(status) && !deliberate && !first_failure) first_failure = &r;
     }
     if (!first_failure || stopping_) return;
     int others = static_cast<int>(std::count_if(ranks_.begin(), ranks_.end(),

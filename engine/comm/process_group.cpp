@@ -1,6 +1,7 @@
 #include "engine/comm/process_group.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/core/error.h"
 
@@ -37,6 +38,8 @@ torch::Tensor ProcessGroup::empty_symmetric(int64_t numel, const torch::TensorOp
 
 namespace {
 
+thread_local int64_t t_waited_ns = 0;  // see waited_ns()
+
 // Turns a backend failure into one message naming the group, the collective and, through
 // the diagnosis, the ranks that are missing.
 class DiagnosedWork : public Work {
@@ -45,6 +48,11 @@ class DiagnosedWork : public Work {
       : inner_(std::move(inner)), explain_(std::move(explain)) {}
   void wait() override {
     std::string failure;
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Count {  // however wait() is left
+      std::chrono::steady_clock::time_point t0;
+      ~Count() { t_waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(); }
+    } count{t0};
     try {
       inner_->wait();
       return;
@@ -68,6 +76,8 @@ void check_dense(const torch::Tensor& t, const char* what, const std::string& gr
 }
 
 }  // namespace
+
+int64_t waited_ns() { return t_waited_ns; }
 
 WorkPtr ProcessGroup::run(const char* op, bool async, const std::function<WorkPtr()>& start) {
   const int64_t seq = ++seq_;

@@ -26,6 +26,11 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+// Nanoseconds the calling thread has spent blocked in Work::wait (every collective's wait goes
+// through it): the training thread's time waiting for the other ranks, which the straggler
+// report subtracts from its step time. On NCCL collectives rarely block the host.
+int64_t waited_ns();
+
 // A Work that finished before it was returned (synchronous fallbacks).
 class CompletedWork : public Work {
  public:

@@ -27,6 +27,11 @@ struct LogRecord {
   double val_loss = -1;   // < 0 when no evaluation ran at this iteration
   double loss_scale = 0;  // fp16 only
   PhaseTimes phases;      // train.profile_phases: mean ms per iteration over the log window
+  double eta_s = -1;      // seconds to the end of the schedule at this window's rate (< 0: unknown)
+  // Several ranks: each rank's own step time (its step less the time it waited for the
+  // others), min / median / max over ranks, and the rank with the max.
+  double rank_ms_min = 0, rank_ms_median = 0, rank_ms_max = 0;
+  int slowest_rank = -1;
 };
 
 }  // namespace me::train

@@ -38,6 +38,11 @@ void validate_train(const RunSpec& s) {
   ME_CHECK(s.comm.timeout_s > 0 && s.comm.heartbeat_s > 0, "comm.timeout_s and comm.heartbeat_s must be positive");
   comm::check_nccl_cta_policy(s.comm.nccl_cta_policy);  // also without a communicator (one process)
   ME_CHECK(t.exit_interval >= 0, "train.exit_interval must be >= 0 (0: never), got ", t.exit_interval);
+  ME_CHECK(t.nan_policy == "skip" || t.nan_policy == "stop", "train.nan_policy must be skip or stop, got '",
+           t.nan_policy, "'");
+  ME_CHECK(t.max_consecutive_nan >= 1, "train.max_consecutive_nan must be >= 1, got ", t.max_consecutive_nan);
+  ME_CHECK(t.straggler_factor == 0 || t.straggler_factor > 1, "train.straggler_factor must be above 1 (or 0: off), got ",
+           t.straggler_factor);
   const auto& c = s.checkpoint;
   ME_CHECK(c.interval >= 0, "checkpoint.interval must be >= 0 (0: only at the end), got ", c.interval);
   ME_CHECK(c.keep >= 0, "checkpoint.keep must be >= 0 (0: keep all), got ", c.keep);

@@ -128,6 +128,9 @@ struct TrainSpec {
   int64_t profile_at{}, profile_steps{};
   std::string profile_trace;
   int64_t exit_interval{};  // stop at iterations divisible by it (saving first); 0: never
+  std::string nan_policy;   // skip | stop (after max_consecutive_nan non-finite steps in a row)
+  int64_t max_consecutive_nan{};
+  double straggler_factor{};  // 0: no straggler report
 };
 
 // Checkpoints (engine/checkpoint): Megatron's --save (dir), --save-interval, --load.
@@ -235,6 +238,9 @@ void visit_fields(S& t, V&& v) {
   v("profile_steps", t.profile_steps);
   v("profile_trace", t.profile_trace);
   v("exit_interval", t.exit_interval);
+  v("nan_policy", t.nan_policy);
+  v("max_consecutive_nan", t.max_consecutive_nan);
+  v("straggler_factor", t.straggler_factor);
 }
 
 template <class S, class V, if_section<S, CheckpointSpec> = 0>

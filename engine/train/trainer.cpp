@@ -1,5 +1,7 @@
 #include "engine/train/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -61,10 +63,11 @@ PhaseTimes PhaseTimer::take(int64_t steps) {
 
 // ---- the log window -------------------------------------------------------------------
 
-void LogWindow::add(const torch::Tensor& loss, bool skipped, double ms) {
+void LogWindow::add(const torch::Tensor& loss, bool skipped, double ms, double waited_ms) {
   losses_.push_back(loss);
   skipped_.push_back(skipped);
   ms_ += ms;
+  waited_ms_ += waited_ms;
 }
 
 double LogWindow::close(std::vector<double>& all) {
@@ -81,9 +84,10 @@ double LogWindow::close(std::vector<double>& all) {
   }
   steps_closed_ = static_cast<int64_t>(losses_.size());
   ms_per_step_ = ms_ / static_cast<double>(losses_.size());
+  closed_waited_ms_ = waited_ms_;
   losses_.clear();
   skipped_.clear();
-  ms_ = 0;
+  ms_ = waited_ms_ = 0;
   return counted ? sum / static_cast<double>(counted) : all.back();
 }
 
@@ -262,6 +266,7 @@ StepResult Trainer::step() {
 
 StepResult Trainer::step_async() {
   const double t0 = now_ms();
+  test_slow_rank();
   phases_.start();
   model_->train();
   auto batch = data_->next_train();
@@ -292,6 +297,7 @@ StepResult Trainer::step_async() {
     for (auto& piece : grads_->reduced_views(i)) groups_->tp->all_reduce(piece, comm::ReduceOp::sum);
   if (groups_ && plan_.dp > 1) groups_->dp->all_reduce(loss_sum, comm::ReduceOp::avg);
   if (scaler_) grads_->flat().div_(scaler_->scale());  // unscale before the norm and the update
+  test_inject_nan();
   phases_.mark(Phase::reduce);
 
   StepResult r;
@@ -306,7 +312,9 @@ StepResult Trainer::step_async() {
   if (r.skipped) {
     ++skipped_;
     if (std::isnan(r.grad_norm)) ++nan_;
-    if (!scaler_) log::warn("iteration ", iteration_, ": gradient norm is ", r.grad_norm, ", update skipped");
+    if (!scaler_) after_non_finite(r.grad_norm);
+  } else {
+    consecutive_nan_ = 0;
   }
   phases_.mark(Phase::optimizer);
   last_loss_ = loss_sum;
@@ -331,22 +339,52 @@ double Trainer::evaluate() {
 
 // ---- the run -------------------------------------------------------------------------------
 
+namespace {
+
+// "45s", "3m12s", "2h05m", "3d04h": a duration for people.
+std::string duration_text(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  char out[32];
+  if (s < 60) std::snprintf(out, sizeof out, "%llds", static_cast<long long>(s));
+  else if (s < 3600) std::snprintf(out, sizeof out, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  else if (s < 86400) std::snprintf(out, sizeof out, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+  else std::snprintf(out, sizeof out, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
+  return out;
+}
+
+}  // namespace
+
+// Megatron's progress line, then what it lacks: MFU, the loss scale, the time left (on a
+// terminal beside the iteration, in a log file as a field of its own) and, with several
+// ranks, each rank's own step time.
 void Trainer::log_line(const LogRecord& r) const {
+  static const bool terminal = isatty(STDOUT_FILENO) == 1;
+  const std::string eta = r.eta_s >= 0 ? duration_text(r.eta_s) : "";
   char line[768];
-  int n = std::snprintf(line, sizeof line,
-                        " iteration %8lld/%8lld | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
-                        "learning rate: %.3E | global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
-                        "number of skipped iterations: %3lld | number of nan iterations: %3lld | tokens/s: %.0f | "
-                        "TFLOP/s/GPU: %.2f",
-                        static_cast<long long>(r.iteration), static_cast<long long>(r.iters),
-                        static_cast<long long>(r.consumed_samples), r.ms_per_iter, r.lr,
-                        static_cast<long long>(r.global_batch), r.loss, r.grad_norm, static_cast<long long>(r.skipped),
-                        static_cast<long long>(r.nan), r.tokens_per_s, r.tflops_per_gpu);
-  if (r.mfu > 0 && n > 0 && n < static_cast<int>(sizeof line))
-    n += std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " | MFU: %.1f%%", 100.0 * r.mfu);
-  if (r.loss_scale > 0 && n > 0 && n < static_cast<int>(sizeof line))
-    std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " | loss scale: %.1f", r.loss_scale);
-  log::info(line);
+  std::snprintf(line, sizeof line, " iteration %8lld/%8lld%s | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
+                "learning rate: %.3E | global batch size: %5lld | lm loss: %.6E | grad norm: %.3f | "
+                "number of skipped iterations: %3lld | number of nan iterations: %3lld | tokens/s: %.0f | "
+                "TFLOP/s/GPU: %.2f",
+                static_cast<long long>(r.iteration), static_cast<long long>(r.iters),
+                terminal && !eta.empty() ? (" (ETA " + eta + ")").c_str() : "", static_cast<long long>(r.consumed_samples),
+                r.ms_per_iter, r.lr, static_cast<long long>(r.global_batch), r.loss, r.grad_norm,
+                static_cast<long long>(r.skipped), static_cast<long long>(r.nan), r.tokens_per_s, r.tflops_per_gpu);
+  std::string text = line;
+  if (r.mfu > 0) {
+    std::snprintf(line, sizeof line, " | MFU: %.1f%%", 100.0 * r.mfu);
+    text += line;
+  }
+  if (r.loss_scale > 0) {
+    std::snprintf(line, sizeof line, " | loss scale: %.1f", r.loss_scale);
+    text += line;
+  }
+  if (!terminal && !eta.empty()) text += " | ETA: " + eta;
+  if (r.slowest_rank >= 0) {
+    std::snprintf(line, sizeof line, " | own step ms over ranks (min/median/max): %.1f/%.1f/%.1f (max: rank %d)",
+                  r.rank_ms_min, r.rank_ms_median, r.rank_ms_max, r.slowest_rank);
+    text += line;
+  }
+  log::info(text);
   if (r.phases.any()) {
     std::string phases = " phases (ms per iteration, synchronised):";
     for (int i = 0; i < kPhaseCount; ++i)
@@ -411,6 +449,9 @@ LogRecord Trainer::close_window(LogWindow& window, const StepResult& r, Summary&
   if (t.peak_tflops > 0) rec.mfu = rec.tflops_per_gpu / t.peak_tflops;
   if (scaler_) rec.loss_scale = scaler_->scale();
   rec.phases = phases_.take(window.steps_closed());
+  rec.eta_s = eta_seconds(rec.ms_per_iter);
+  measure_stragglers(rec, rec.ms_per_iter * static_cast<double>(window.steps_closed()), window.waited_ms(),
+                     window.steps_closed());
   const bool eval_now =
       t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == plan_.iters);
   if (eval_now) s.val_loss = rec.val_loss = evaluate();
@@ -430,13 +471,16 @@ Summary Trainer::run() {
                                               comm_ ? comm_->rank() : 0);
   while (iteration_ < plan_.iters) {
     if (profiler) profiler->before_step(iteration_ + 1);
+    const int64_t waited0 = comm::waited_ns();
     const auto r = step_async();
+    const double waited_ms = static_cast<double>(comm::waited_ns() - waited0) / 1e6;
     if (profiler)
       if (const auto summary = profiler->after_step(iteration_, r.ms); !summary.empty() && is_logging_rank())
         log::info(summary);
-    window.add(last_loss_, r.skipped, r.ms);
+    window.add(last_loss_, r.skipped, r.ms, waited_ms);
     total_ms += r.ms;
-    const bool stopping = agreed_.stop_signal != 0 || (t.exit_interval > 0 && iteration_ % t.exit_interval == 0);
+    const bool stopping = agreed_.stop_signal != 0 || stop_non_finite_ ||
+                          (t.exit_interval > 0 && iteration_ % t.exit_interval == 0);
     if (iteration_ % t.log_interval == 0 || iteration_ == plan_.iters || stopping) {
       const auto rec = close_window(window, r, s);
       if (is_logging_rank()) log_line(rec);

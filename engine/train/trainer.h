@@ -62,17 +62,20 @@ struct BatchPlan {
 // next.
 class LogWindow {
  public:
-  void add(const torch::Tensor& loss, bool skipped, double ms);
+  // A step: its loss (on the device), whether it was skipped, its time and the part of it
+  // spent waiting for other ranks.
+  void add(const torch::Tensor& loss, bool skipped, double ms, double waited_ms);
   // Reads the window's losses back, appends them to `all`, and returns the mean loss of the
   // steps that were not skipped (the last loss when all were); empties the window.
   double close(std::vector<double>& all);
   double ms_per_step() const { return ms_per_step_; }  // of the window last closed
+  double waited_ms() const { return closed_waited_ms_; }  // its total time waiting for ranks
   int64_t steps_closed() const { return steps_closed_; }
 
  private:
   std::vector<torch::Tensor> losses_;
   std::vector<bool> skipped_;
-  double ms_ = 0, ms_per_step_ = 0;
+  double ms_ = 0, ms_per_step_ = 0, waited_ms_ = 0, closed_waited_ms_ = 0;
   int64_t steps_closed_ = 0;
 };
 
@@ -147,6 +150,15 @@ class Trainer {
   int after_step(Summary& s);
   void finish_checkpoints();
 
+  // Health (trainer_health.cpp): non-finite gradients, stragglers, time left, test facilities.
+  int rank() const;
+  void test_slow_rank() const;
+  void test_inject_nan();
+  void report_non_finite(double norm);
+  void after_non_finite(double norm);
+  void measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps);
+  double eta_seconds(double ms_per_iter) const;
+
   void log_start() const;
   LogRecord close_window(LogWindow& window, const StepResult& r, Summary& s);
   void finish_run(Summary& s, double total_ms);
@@ -185,6 +197,8 @@ class Trainer {
     bool writing = false;  // some rank is still writing its part of a save
   } agreed_;
   torch::Tensor control_;  // start_control's all-reduce in flight
+  int64_t consecutive_nan_ = 0;   // steps in a row with a non-finite gradient
+  bool stop_non_finite_ = false;  // train.nan_policy = "stop" has seen enough of them
 };
 
 }  // namespace me::train

@@ -245,16 +245,25 @@ int Trainer::after_step(Summary& s) {
   const int sig = agreed_.stop_signal;
   const int64_t every = spec_.train.exit_interval;
   const bool exit_here = every > 0 && iteration_ % every == 0;
-  const bool stop = sig != 0 || exit_here;
+  const bool stop = sig != 0 || exit_here || stop_non_finite_;
   const bool on_interval = spec_.checkpoint.interval > 0 && iteration_ % spec_.checkpoint.interval == 0;
   if (saver_ && (on_interval || (stop && spec_.checkpoint.save_on_exit))) save_checkpoint();
   if (!stop) return -1;
   if (saver_) saver_->finish();
   const bool saved = saver_ && last_saved_ == iteration_;
-  s.stopped = sig ? cat(signal_label(sig), " at iteration ", iteration_) : cat("train.exit_interval at iteration ", iteration_);
+  s.stopped = sig               ? cat(signal_label(sig), " at iteration ", iteration_)
+              : stop_non_finite_ ? cat(consecutive_nan_, " steps in a row with a non-finite gradient at iteration ", iteration_)
+                                 : cat("train.exit_interval at iteration ", iteration_);
   if (is_logging_rank())
     log::info("stopping: ", s.stopped, saved ? "; a checkpoint of it was saved" : "; nothing was saved",
               sig && !saved ? " (set checkpoint.dir to save on a signal)" : "");
+  if (stop_non_finite_) {
+    if (is_logging_rank())
+      log::error("training stopped: ", s.stopped, " (train.nan_policy = \"stop\"). What usually helps: a lower ",
+                 "optimizer.lr, clipping (optimizer.clip), a longer warm-up (schedule.warmup_iters), bf16 instead of ",
+                 "fp16; the warnings above name the parameter and rank where it began");
+    return kExitNonFinite;
+  }
   if (!sig) return kExitOk;
   return saved ? kExitRequeue : 128 + sig;
 }

@@ -1,0 +1,123 @@
+// What the trainer watches besides the loss: steps whose gradient is not finite (which
+// parameter, on which rank; train.nan_policy), ranks slower than the others (stragglers), and
+// the time left. Also the test facilities that provoke them (documented in docs/testing.md):
+//   ME_TEST_NAN_AT=K:R     at iteration K, the gradient of rank R's last parameter becomes NaN
+//                          (on every rank holding the same model piece as R, so that data-
+//                          parallel ranks agree)
+//   ME_TEST_SLOW_RANK=R:MS rank R sleeps MS milliseconds at the start of every step
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include "engine/core/error.h"
+#include "engine/core/exit_status.h"
+#include "engine/core/log.h"
+#include "engine/train/trainer.h"
+
+namespace me::train {
+
+namespace {
+
+// "A:B" -> {A, B}; {-1, -1} when unset or malformed.
+std::pair<int64_t, int64_t> env_pair(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return {-1, -1};
+  const std::string s = v;
+  const auto colon = s.find(':');
+  if (colon == std::string::npos) return {-1, -1};
+  try {
+    return {std::stoll(s.substr(0, colon)), std::stoll(s.substr(colon + 1))};
+  } catch (const std::exception&) {
+    fail(name, "='", s, "': expected two integers A:B");
+  }
+}
+
+}  // namespace
+
+int Trainer::rank() const { return comm_ ? comm_->rank() : 0; }
+
+void Trainer::test_slow_rank() const {
+  static const auto slow = env_pair("ME_TEST_SLOW_RANK");
+  if (slow.first == rank() && slow.second > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow.second));
+}
+
+void Trainer::test_inject_nan() {
+  static const auto at = env_pair("ME_TEST_NAN_AT");
+  if (at.first != iteration_ + 1 || params_.empty()) return;
+  // Every rank holding the same piece of the model as rank R (its data-parallel peers too).
+  if (groups_) {
+    auto mine = groups_->grid.coords(rank()), theirs = groups_->grid.coords(static_cast<int>(at.second));
+    mine.dp = theirs.dp = 0;
+    if (!(mine == theirs)) return;
+  } else if (at.second != 0) {
+    return;
+  }
+  for (auto& piece : grads_->reduced_views(params_.size() - 1)) piece.fill_(std::nan(""));
+}
+
+// All ranks, after a step whose gradient norm was not finite: names the first parameter (in
+// model order) whose gradient is not finite, and the ranks that hold one.
+void Trainer::report_non_finite(double norm) {
+  std::string mine;
+  const auto named = model_->named_parameters();
+  for (size_t i = 0; i < named.size() && mine.empty(); ++i)
+    for (const auto& piece : grads_->reduced_views(i))
+      if (!torch::isfinite(piece).all().item<bool>()) {
+        mine = model_->global_name(named[i].key());
+        break;
+      }
+  const auto all = comm_ ? comm_->all_gather_object(mine) : std::vector<std::string>{mine};
+  if (!is_logging_rank()) return;
+  std::string first, where;
+  int first_rank = -1;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    if (first_rank < 0) first = all[r], first_rank = static_cast<int>(r);
+    where += cat(where.empty() ? "" : ", ", r);
+  }
+  const std::string host = comm_ && first_rank >= 0 ? cat(" (", comm_->hosts()[static_cast<size_t>(first_rank)], ")") : "";
+  log::warn("iteration ", iteration_, ": the gradient norm is ", norm, "; the first non-finite gradient is ",
+            first.empty() ? std::string("in none of the parameters (the loss?)") : cat(first, " on rank ", first_rank, host),
+            where.empty() ? "" : cat(" (non-finite gradients on rank", all.size() > 1 ? "s " : " ", where, ")"),
+            "; the update was skipped (", consecutive_nan_, " in a row, train.nan_policy = ", spec_.train.nan_policy, ")");
+}
+
+// The step after a non-finite gradient: counts it and decides whether the run stops
+// (nan_policy = stop, max_consecutive_nan in a row).
+void Trainer::after_non_finite(double norm) {
+  ++consecutive_nan_;
+  report_non_finite(norm);
+  const auto& t = spec_.train;
+  if (t.nan_policy == "stop" && consecutive_nan_ >= t.max_consecutive_nan) stop_non_finite_ = true;
+}
+
+// Each rank's own step time over the window (its step less the time it waited for the other
+// ranks), gathered every log interval; the slowest is named when above straggler_factor x the
+// median.
+void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps) {
+  if (!comm_ || comm_->world_size() == 1) return;
+  const double own = std::max(0.0, (window_ms - window_waited_ms) / static_cast<double>(steps));
+  const auto all = comm_->all_gather_object(std::to_string(own));
+  std::vector<std::pair<double, int>> by_time;
+  for (size_t r = 0; r < all.size(); ++r) by_time.emplace_back(std::stod(all[r]), static_cast<int>(r));
+  std::sort(by_time.begin(), by_time.end());
+  rec.rank_ms_min = by_time.front().first;
+  rec.rank_ms_max = by_time.back().first;
+  rec.rank_ms_median = by_time[by_time.size() / 2].first;
+  rec.slowest_rank = by_time.back().second;
+  const double factor = spec_.train.straggler_factor;
+  if (factor > 0 && is_logging_rank() && rec.rank_ms_max > factor * rec.rank_ms_median && rec.rank_ms_median > 0)
+    log::warn("straggler: rank ", rec.slowest_rank, " (", comm_->hosts()[static_cast<size_t>(rec.slowest_rank)],
+              ") takes ", rec.rank_ms_max, " ms of its own per step, ", rec.rank_ms_max / rec.rank_ms_median,
+              "x the median over ranks (", rec.rank_ms_median, " ms; train.straggler_factor = ", factor,
+              "): a slow GPU, host or data read on that node");
+}
+
+// Seconds to the end of the schedule (its iterations) at the window's rate.
+double Trainer::eta_seconds(double ms_per_iter) const {
+  return static_cast<double>(plan_.iters - iteration_) * ms_per_iter / 1000.0;
+}
+
+}  // namespace me::train
