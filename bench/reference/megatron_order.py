@@ -219,6 +219,10 @@ def check_numpy():
     strip = lambda lines: [x for x in lines if not x.startswith("// (numpy ")]
     ok = strip(gen) == strip(committed)
     print(f"{'OK  ' if ok else 'FAIL'} numpy {numpy.__version__} reproduces tests/unit/numpy_expectations.h")
+    if not ok:
+        import difflib
+        for line in list(difflib.unified_diff(strip(committed), strip(gen), "committed", "this numpy", n=0))[:12]:
+            print("     " + line[:200])
     return ok
 
 

@@ -233,8 +233,14 @@ struct CudaMemory {
 inline CudaMemory cuda_memory() {
 #if ME_TORCH_HAS_CUDA
   if (!cuda_available()) return {};
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-  return {stats.allocated_bytes[0].current, stats.allocated_bytes[0].peak};
+  // torch 2.x's allocator throws ("Invalid device argument") when asked before any CUDA tensor
+  // was made: a CPU run in a CUDA build has no GPU memory to report.
+  try {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+    return {stats.allocated_bytes[0].current, stats.allocated_bytes[0].peak};
+  } catch (const std::exception&) {
+    return {};
+  }
 #else
   return {};
 #endif
