@@ -57,17 +57,19 @@ std::string gpu_names(const CudaReport& c) {
   return join(names, ", ");
 }
 
+std::string gpus_visible(int n) { return cat(n, n == 1 ? " GPU visible" : " GPUs visible"); }
+
 Check check_gpus(const DoctorFacts& f) {
   const int n = f.cuda.device_count;
   if (!f.gpu_expected)
-    return make("host", "gpus", CheckStatus::skip, std::to_string(n), cat(n, " GPUs visible", "; ", f.no_gpu_reason));
+    return make("host", "gpus", CheckStatus::skip, std::to_string(n), cat(gpus_visible(n), "; ", f.no_gpu_reason));
   if (n <= 0)
     return make("host", "gpus", CheckStatus::fail, "0",
                 cat("no usable GPU: ", f.cuda.error.empty() ? "no CUDA device" : f.cuda.error,
                     " (check the driver, CUDA_VISIBLE_DEVICES and --gpus-per-node)"));
   if (f.expected_gpus > 0 && n != f.expected_gpus)
     return make("host", "gpus", CheckStatus::fail, std::to_string(n),
-                cat(n, " GPUs visible, expected ", f.expected_gpus,
+                cat(gpus_visible(n), ", expected ", f.expected_gpus,
                     " (SLURM_GPUS_ON_NODE or ME_DOCTOR_GPUS): check CUDA_VISIBLE_DEVICES and --gpus-per-node; ",
                     gpu_names(f.cuda)));
   return make("host", "gpus", CheckStatus::pass, std::to_string(n),
@@ -77,7 +79,7 @@ Check check_gpus(const DoctorFacts& f) {
 Check check_nvlink(const DoctorFacts& f) {
   const int n = f.cuda.device_count;
   if (!f.gpu_expected) return make("host", "nvlink", CheckStatus::skip, "", cat("peer access not checked", "; ", f.no_gpu_reason));
-  if (n < 2) return make("host", "nvlink", CheckStatus::skip, "", cat(n, " GPU visible: no peers to reach"));
+  if (n < 2) return make("host", "nvlink", CheckStatus::skip, "", cat(gpus_visible(n), ": no peers to reach"));
   std::vector<std::string> missing;
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) {

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -207,6 +208,17 @@ CudaToolkit find_cuda_toolkit(const SystemView& sys) {
     static const std::regex line(R"(CUDA Version\s+([0-9][0-9.]*))");
     t.path = root + "/version.txt";
     if (std::regex_search(*txt, m, line)) t.version = m[1].str();
+    return t;
+  }
+  // A toolkit installed without those files (pip's nvidia-cuda-* wheels, some distributions):
+  // the driver API header's CUDA_VERSION (13000 -> 13.0).
+  if (auto header = sys.read_file(root + "/include/cuda.h")) {
+    static const std::regex define(R"(#define\s+CUDA_VERSION\s+([0-9]+))");
+    t.path = root + "/include/cuda.h";
+    if (std::regex_search(*header, m, define)) {
+      const int code = std::atoi(m[1].str().c_str());
+      t.version = cat(code / 1000, ".", (code % 1000) / 10);
+    }
   }
   return t;
 }

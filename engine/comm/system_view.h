@@ -58,8 +58,8 @@ NetPlugin find_ofi_nccl_plugin(const SystemView& sys);
 // The version aws-ofi-nccl compiles into its log line ("Initializing aws-ofi-nccl 1.8.1-aws").
 std::string ofi_nccl_version_in(const std::string& library_bytes);
 
-// The CUDA toolkit of this image: $CUDA_HOME (else /usr/local/cuda)/version.json, or version.txt
-// for toolkits before 11.1.
+// The CUDA toolkit of this image: $CUDA_HOME (else /usr/local/cuda)/version.json, version.txt
+// (toolkits before 11.1), else CUDA_VERSION in include/cuda.h.
 struct CudaToolkit {
   std::string version;  // "13.0.1"; "" when not found
   std::string path;     // the file it was read from, or where it was looked for

@@ -152,6 +152,11 @@ TEST_CASE("doctor parsers: driver, EFA installer, aws-ofi-nccl, CUDA toolkit, ve
   CHECK(old.version == "11.0.228");
   CHECK(old.path == "/opt/cuda-11.0/version.txt");
   CHECK(find_cuda_toolkit(FakeMachine{}.view()).version.empty());
+  FakeMachine headers_only;  // no version.json (as on the GPU machine): cuda.h's CUDA_VERSION
+  headers_only.files["/usr/local/cuda/include/cuda.h"] = "#ifndef __cuda_cuda_h__\n#define CUDA_VERSION 13000\n";
+  const CudaToolkit from_header = find_cuda_toolkit(headers_only.view());
+  CHECK(from_header.version == "13.0");
+  CHECK(from_header.path == "/usr/local/cuda/include/cuda.h");
 }
 
 TEST_CASE("doctor on a healthy p5 node: every check passes", "[doctor]") {
