@@ -138,7 +138,7 @@ step_efa() {
   grep -Eq "Built-in providers:.*\befa\b|DSO providers:.*\befa\b" "$src/libfabric.configure" ||
     die "libfabric was configured without the efa provider: $(grep -E 'providers:' "$src/libfabric.configure")"
   fetch_tag https://github.com/aws/aws-ofi-nccl.git "$ofi_nccl_tag" "$ofi_nccl_commit" "$src/aws-ofi-nccl"
-  (cd "$src/aws-ofi-nccl" && ./autogen.sh >/dev/null 2>&1 &&
+  (cd "$src/aws-ofi-nccl" && PLUGIN_TAG=$ofi_nccl_tag ./autogen.sh >/dev/null 2>&1 &&
    ./configure -q --prefix=/opt/amazon/ofi-nccl --with-libfabric=/opt/amazon/efa --with-cuda=/usr/local/cuda \
      --enable-platform-aws --disable-tests &&
    make -s -j "$jobs" >/dev/null && make -s install >/dev/null)

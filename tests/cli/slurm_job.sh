@@ -49,17 +49,15 @@ dump_logs() {
   done
 }
 
-# Two adjacent free TCP ports below the ephemeral range: not listening in /proc/net/tcp{,6}.
-port_in_use() {
-  local hex
-  hex=$(printf ':%04X ' "$1")
-  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '{print $2}' | grep -q -- "$hex\$" ||
-    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '{print $2" "}' | grep -q -- "$hex"
+# Two adjacent free TCP ports (not in /proc/net/tcp{,6}) in 25000-29999: below Linux's ephemeral
+# range, and above the rendezvous ports train.sbatch derives from small job ids (20000 + id).
+port_in_use() {  # any local socket on that port, listening or not (column 2 is ADDR:PORT in hex)
+  awk 'FNR > 1 {print $2}' /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -qi ":$(printf %04X "$1")\$"
 }
 free_port_pair() {
   local p
   for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 10000))
+    p=$((25000 + RANDOM % 4999))
     port_in_use "$p" || port_in_use $((p + 1)) || { echo "$p"; return; }
   done
   echo "no free TCP port pair found" >&2
