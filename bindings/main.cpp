@@ -33,7 +33,8 @@ const char* kUsage =
     "  megaengine --fields [section]          every recipe field with its type, default and help\n"
     "  megaengine --nproc N recipe.lua ...    start N ranks on this machine (RANK, WORLD_SIZE, MASTER_* set,\n"
     "                                         output prefixed by rank; if one fails, the others are stopped)\n"
-    "  megaengine doctor                      report LibTorch, backends, GPUs and peer access, NCCL, libfabric\n"
+    "  megaengine doctor [--json]             check this machine: driver, GPUs, NVLink, EFA, NCCL, aws-ofi-nccl,\n"
+    "                                         libfabric, FI_/NCCL_ variables, /fsx, /scratch (exit 1 on a failure)\n"
     "  megaengine preprocess --input F ...    jsonl or text -> Megatron .bin/.idx (megaengine preprocess --help)\n"
     "  megaengine checkpoint inspect DIR [--verify]   what a checkpoint holds (and its checksums verified)\n"
     "  megaengine                             open the REPL\n"
@@ -117,8 +118,9 @@ int main(int argc, char** argv) {
       ++i;
     } else if (a == "doctor" && recipe.empty()) {
       try {
-        std::fputs(me::lua::doctor_report().c_str(), stdout);
-        return 0;
+        const auto out = me::lua::run_doctor(std::vector<std::string>(argv + i + 1, argv + argc));
+        std::fputs(out.text.c_str(), out.exit_status == 2 ? stderr : stdout);
+        return out.exit_status;
       } catch (const std::exception& e) {
         return die(e.what());
       }

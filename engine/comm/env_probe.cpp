@@ -89,6 +89,18 @@ using cu_device_get_name_fn = int (*)(char*, int, int);
 using cu_device_can_access_peer_fn = int (*)(int*, int, int);
 using cu_get_error_fn = int (*)(int, const char**);
 
+// ---- NVML ABI (nvml.h): nvmlReturn_t is a C enum (int, NVML_SUCCESS = 0), nvmlDevice_t an
+// opaque pointer, nvmlEnableState_t an enum (NVML_FEATURE_ENABLED = 1). The _v2 entry points are
+// what nvml.h's macros select for nvmlInit / DeviceGetCount / DeviceGetHandleByIndex.
+using nvml_init_fn = int (*)();
+using nvml_shutdown_fn = int (*)();
+using nvml_driver_version_fn = int (*)(char*, unsigned int);
+using nvml_device_count_fn = int (*)(unsigned int*);
+using nvml_device_handle_fn = int (*)(unsigned int, void**);
+using nvml_nvlink_state_fn = int (*)(void*, unsigned int, int*);
+using nvml_error_string_fn = const char* (*)(int);
+constexpr unsigned kNvmlMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS (H100: 18 links)
+
 std::string dl_error(const char* fallback) {
   const char* e = dlerror();
   return e ? std::string(e) : std::string(fallback);
@@ -307,6 +319,48 @@ CudaReport probe_cuda(const std::string& library) {
       int can = 0;
       r.peer[i][j] = can_peer(&can, dev[i], dev[j]) == 0 && can != 0;
     }
+  return r;
+}
+
+NvmlReport probe_nvml(const std::string& library) {
+  NvmlReport r;
+  r.library = library;
+  void* h = open_library(library, r.library, r.error);
+  if (!h) return r;
+  auto init = symbol<nvml_init_fn>(h, "nvmlInit_v2", r.error);
+  auto shutdown = init ? symbol<nvml_shutdown_fn>(h, "nvmlShutdown", r.error) : nullptr;
+  auto driver = shutdown ? symbol<nvml_driver_version_fn>(h, "nvmlSystemGetDriverVersion", r.error) : nullptr;
+  auto count = driver ? symbol<nvml_device_count_fn>(h, "nvmlDeviceGetCount_v2", r.error) : nullptr;
+  auto handle = count ? symbol<nvml_device_handle_fn>(h, "nvmlDeviceGetHandleByIndex_v2", r.error) : nullptr;
+  if (!handle) return r;
+  auto link_state = reinterpret_cast<nvml_nvlink_state_fn>(dlsym(h, "nvmlDeviceGetNvLinkState"));
+  auto error_string = reinterpret_cast<nvml_error_string_fn>(dlsym(h, "nvmlErrorString"));
+  auto text = [&](int rc) { return error_string && error_string(rc) ? std::string(error_string(rc)) : me::cat("nvmlReturn_t ", rc); };
+  if (int rc = init(); rc != 0) {
+    r.error = me::cat("nvmlInit failed: ", text(rc));
+    return r;
+  }
+  r.found = true;
+  char buf[96] = {0};
+  if (int rc = driver(buf, sizeof buf - 1); rc == 0) r.driver_version = buf;
+  else r.error = me::cat("nvmlSystemGetDriverVersion failed: ", text(rc));
+  unsigned n = 0;
+  if (int rc = count(&n); rc != 0) {
+    r.error = me::cat("nvmlDeviceGetCount failed: ", text(rc));
+    n = 0;
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    void* dev = nullptr;
+    int active = 0;
+    if (handle(i, &dev) == 0 && link_state)
+      for (unsigned link = 0; link < kNvmlMaxLinks; ++link) {
+        int state = 0;
+        // Links past the device's last answer INVALID_ARGUMENT; no NVLink at all: NOT_SUPPORTED.
+        if (link_state(dev, link, &state) == 0 && state == 1) ++active;
+      }
+    r.active_links.push_back(active);
+  }
+  shutdown();
   return r;
 }
 

@@ -40,11 +40,23 @@ struct CudaReport {
   std::string error;  // library missing, or cuInit/cuDeviceGetCount failed (e.g. no GPU)
 };
 
+// NVML (libnvidia-ml, installed with the driver): the driver's own version string ("580.95.05",
+// which cuDriverGetVersion does not give) and the active NVLinks of every GPU on the node. NVML
+// counts all of the node's GPUs, whatever CUDA_VISIBLE_DEVICES says.
+struct NvmlReport {
+  bool found = false;           // loaded, entry points resolved and nvmlInit succeeded
+  std::string library;
+  std::string driver_version;   // "580.95.05"
+  std::vector<int> active_links;  // per GPU: NVLinks in the active state (0: PCIe only)
+  std::string error;
+};
+
 // Each probe opens `library` by name (searched like any dlopen: LD_LIBRARY_PATH, ld.so.cache)
 // or by path. None of them throws.
 FabricReport probe_libfabric(const std::string& library = "libfabric.so.1");
 NcclReport probe_nccl(const std::string& library = "libnccl.so.2");
 CudaReport probe_cuda(const std::string& library = "libcuda.so.1");
+NvmlReport probe_nvml(const std::string& library = "libnvidia-ml.so.1");
 
 // Decoders, exposed for tests.
 // NCCL >= 2.9 encodes major*10000 + minor*100 + patch, older ones major*1000 + minor*100 + patch.

@@ -220,3 +220,17 @@ TEST_CASE("format_report: two GPUs with peer access, NCCL, libfabric without EFA
     CHECK(contains(format_report(f, n, c), "providers: none (fi_getinfo failed: No data available (-61)); efa: not found"));
   }
 }
+
+TEST_CASE("NVML: missing library or symbols are reported, never a crash", "[env_probe]") {
+  const NvmlReport missing = probe_nvml(kMissing);
+  CHECK_FALSE(missing.found);
+  CHECK(contains(missing.error, kMissing));
+  CHECK(missing.active_links.empty());
+  const NvmlReport wrong = probe_nvml("libm.so.6");
+  CHECK_FALSE(wrong.found);
+  CHECK(contains(wrong.error, "nvmlInit_v2"));
+  // This machine's own NVML, if any: a version string when it initialises.
+  const NvmlReport here = probe_nvml();
+  if (here.found) CHECK_FALSE(here.driver_version.empty());
+  else CHECK_FALSE(here.error.empty());
+}
