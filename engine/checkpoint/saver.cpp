@@ -26,7 +26,21 @@ std::vector<std::string> gather(comm::Communicator* comm, const std::string& min
 CheckpointSaver::CheckpointSaver(SaverOptions options, comm::Communicator* comm)
     : options_(std::move(options)), comm_(comm), rank_(comm ? comm->rank() : 0), dir_(options_.dir) {}
 
-CheckpointSaver::~CheckpointSaver() { join(); }
+CheckpointSaver::~CheckpointSaver() {
+  join();
+  if (preparer_.joinable()) preparer_.join();
+}
+
+void CheckpointSaver::prepare(const std::vector<StateTensor>& tensors) {
+  if (preparer_.joinable()) preparer_.join();
+  preparer_ = std::thread([this, tensors] {
+    try {
+      snapshot_.prepare(tensors);
+    } catch (const std::exception& e) {  // take() allocates whatever is missing
+      log::warn("checkpoint: host buffers not prepared ahead (", e.what(), "); the first save allocates them");
+    }
+  });
+}
 
 bool CheckpointSaver::writing() const { return writing_.load(); }
 
@@ -36,6 +50,7 @@ void CheckpointSaver::join() {
 
 void CheckpointSaver::save(const std::vector<StateTensor>& tensors, Metadata meta) {
   finish();  // the previous save commits first
+  if (preparer_.joinable()) preparer_.join();
   const auto t0 = std::chrono::steady_clock::now();
   bool any = false;
   for (const auto& t : tensors) any = any || t.save;

@@ -40,6 +40,9 @@ class CheckpointSaver {
   ~CheckpointSaver();  // waits for the writer; commits nothing (finish() does)
 
   const SaverOptions& options() const { return options_; }
+  // Allocates the host buffers for saves of `tensors` in the background (pinned allocation of
+  // many GB takes seconds; the first save would pause for it). save() waits for it.
+  void prepare(const std::vector<StateTensor>& tensors);
   // Every rank, at the same step boundary: snapshots `tensors` and starts writing them. `meta`
   // holds what is not a tensor (iteration, recipe, layout...). Waits for a pending save first.
   void save(const std::vector<StateTensor>& tensors, Metadata meta);
@@ -75,7 +78,7 @@ class CheckpointSaver {
   CheckpointDir dir_;
   HostSnapshot snapshot_;
   std::optional<Pending> pending_;
-  std::thread writer_;
+  std::thread writer_, preparer_;
   Written written_;
   std::atomic<bool> writing_{false};
 };

@@ -56,6 +56,25 @@ Metadata describe_pieces(const std::vector<StateTensor>& tensors, const std::str
   return m;
 }
 
+torch::Tensor& HostSnapshot::buffer(size_t k, const std::string& name, const torch::Tensor& like) {
+  if (k == names_.size()) {
+    names_.push_back(name);
+    host_.emplace_back();
+  }
+  auto& host = host_[k];
+  if (names_[k] != name || !host.defined() || host.sizes() != like.sizes() || host.scalar_type() != like.scalar_type()) {
+    names_[k] = name;
+    host = torch::empty(like.sizes(), torch::TensorOptions(like.scalar_type()).pinned_memory(like.is_cuda()));
+  }
+  return host;
+}
+
+void HostSnapshot::prepare(const std::vector<StateTensor>& tensors) {
+  size_t k = 0;
+  for (const auto& t : tensors)
+    if (t.save) buffer(k++, t.name, t.tensor);
+}
+
 int64_t HostSnapshot::take(const std::vector<StateTensor>& tensors) {
   torch::NoGradGuard no_grad;
   size_t k = 0;
@@ -64,19 +83,10 @@ int64_t HostSnapshot::take(const std::vector<StateTensor>& tensors) {
   for (const auto& t : tensors) {
     if (!t.save) continue;
     const auto src = t.tensor.detach();
-    if (k == names_.size()) {
-      names_.push_back(t.name);
-      host_.emplace_back();
-    }
-    auto& host = host_[k];
-    if (names_[k] != t.name || !host.defined() || host.sizes() != src.sizes() || host.scalar_type() != src.scalar_type()) {
-      names_[k] = t.name;
-      host = torch::empty(src.sizes(), torch::TensorOptions(src.scalar_type()).pinned_memory(src.is_cuda()));
-    }
+    auto& host = buffer(k++, t.name, src);
     host.copy_(src, /*non_blocking=*/src.is_cuda());
     cuda = cuda || src.is_cuda();
     bytes += static_cast<int64_t>(host.nbytes());
-    ++k;
   }
   names_.resize(k);
   host_.resize(k);

@@ -35,12 +35,18 @@ Metadata describe_pieces(const std::vector<StateTensor>& tensors, const std::str
 // so that each save allocates nothing: copying into them is an async save's only pause.
 class HostSnapshot {
  public:
+  // Allocates the host buffers for `tensors` (pinned allocation of many GB takes seconds: done
+  // ahead of the first save, on a thread of the caller's).
+  void prepare(const std::vector<StateTensor>& tensors);
   // Copies every tensor with save = true; returns the bytes copied.
   int64_t take(const std::vector<StateTensor>& tensors);
   // Writes them as one safetensors shard.
   WriteResult write(const std::string& path, const WriteOptions& options) const;
 
  private:
+  // The buffer for the k-th saved tensor, (re)allocated when its name, shape or dtype changed.
+  torch::Tensor& buffer(size_t k, const std::string& name, const torch::Tensor& like);
+
   std::vector<std::string> names_;
   std::vector<torch::Tensor> host_;
 };

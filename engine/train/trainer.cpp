@@ -107,6 +107,7 @@ Trainer::Trainer(RunSpec spec)
   build_optimizer();
   build_pipeline();
   resume();
+  if (saver_) saver_->prepare(state_tensors());  // the first save's host buffers, allocated meanwhile
 }
 
 Trainer::~Trainer() = default;
