@@ -35,6 +35,7 @@ int open_megaengine(lua_State* L) {
   open_comm(L, core);
   open_data(L, core);
   open_parallel(L, core);
+  open_dry_run(L, core);
   if (luaL_loadbuffer(L, kMegaengineLua, std::strlen(kMegaengineLua), "=[megaengine]") != LUA_OK)
     return lua_error(L);  // a broken embedded module is a build bug; say so plainly
   lua_pushvalue(L, core);
@@ -76,7 +77,7 @@ bool LuaHost::run_chunk(const std::string& code, const std::string& chunkname, s
   return call(L_, 0, 0, error);
 }
 
-bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& args, bool dry_run, bool interactive,
+bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& args, const RunFileOptions& options,
                        std::string* error) {
   const int top = lua_gettop(L_);
   // arg, as the stock `lua` interpreter sets it: arg[0] = script, arg[1..] = its arguments.
@@ -100,13 +101,23 @@ bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& 
     lua_rawseti(L_, -2, static_cast<lua_Integer>(i + 1));
   }
   lua_newtable(L_);
-  lua_pushboolean(L_, dry_run);
+  lua_pushboolean(L_, options.dry_run);
   lua_setfield(L_, -2, "dry_run");
+  if (options.world > 0) {
+    lua_pushinteger(L_, options.world);
+    lua_setfield(L_, -2, "world");
+  }
+  lua_pushinteger(L_, options.gpus_per_node);
+  lua_setfield(L_, -2, "gpus_per_node");
+  if (!options.gpu_memory.empty()) {
+    lua_pushstring(L_, options.gpu_memory.c_str());
+    lua_setfield(L_, -2, "gpu_memory");
+  }
   if (!call(L_, 3, 3, error)) {
     lua_settop(L_, top);
     return false;
   }
-  if (interactive) {
+  if (options.interactive) {
     lua_setglobal(L_, "summary");
     lua_setglobal(L_, "trainer");
     lua_setglobal(L_, "recipe");

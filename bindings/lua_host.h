@@ -8,6 +8,15 @@ struct lua_State;
 
 namespace me::lua {
 
+// How `megaengine FILE` runs a recipe file (main.cpp's flags).
+struct RunFileOptions {
+  bool dry_run = false;      // --dry-run: print the recipe and the layout and memory report, do not train
+  bool interactive = false;  // -i: leave recipe, trainer, summary for the REPL
+  int world = 0;             // --world N: the dry run's GPUs (0: tp x pp)
+  int gpus_per_node = 8;     // --gpus-per-node
+  std::string gpu_memory;    // --gpu-memory (empty: 80GB)
+};
+
 class LuaHost {
  public:
   LuaHost();
@@ -21,8 +30,14 @@ class LuaHost {
   bool run_chunk(const std::string& code, const std::string& chunkname, std::string* error);
   // megaengine FILE [args]: runs it and trains the recipe it returns. With `interactive`,
   // the globals recipe, trainer and summary are left for the REPL.
-  bool run_file(const std::string& path, const std::vector<std::string>& args, bool dry_run, bool interactive,
+  bool run_file(const std::string& path, const std::vector<std::string>& args, const RunFileOptions& options,
                 std::string* error);
+  bool run_file(const std::string& path, const std::vector<std::string>& args, bool dry_run, bool interactive,
+                std::string* error) {
+    RunFileOptions o;
+    o.dry_run = dry_run, o.interactive = interactive;
+    return run_file(path, args, o, error);
+  }
 
  private:
   lua_State* L_;

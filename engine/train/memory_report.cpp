@@ -112,8 +112,9 @@ model::MemoryPlan memory_plan(const RunSpec& spec, int world) {
   p.grad_accumulation_fusion = par.grad_accumulation_fusion;
   p.symmetric_buffers = par.symmetric_buffers;
   p.tp_symmetric_mb = par.tp_symmetric_mb;
-  // The GPU path (fused attention, the engine's kernels); a CPU run uses LibTorch's compositions.
-  p.fused_attention = p.fused_kernels = spec.device != "cpu";
+  // Estimated for the GPU (fused attention, the engine's kernels) even for a recipe that says
+  // device = "cpu": the question is whether it fits the cluster's GPUs.
+  p.fused_attention = p.fused_kernels = true;
   return p;
 }
 
@@ -173,7 +174,13 @@ std::string dry_run_report(const RunSpec& spec, const DryRunOptions& opts) {
   std::ostringstream os;
   os << comm::describe_layout(comm::RankGrid(opts.world, plan.tp, plan.pp), opts.gpus_per_node) << "\n";
   os << parameter_report(plan) << "\n";
-  os << memory_report(plan, opts.gpu_bytes, opts.gpus_per_node);
+  if (spec.device == "cpu") os << "(the recipe says device = \"cpu\"; the estimate is for its run on CUDA GPUs)\n";
+  os << memory_report(plan, opts.gpu_bytes, opts.gpus_per_node) << "\n";
+  // Rank 0 is the first stage's first GPU: the line to hold against the run's own at its end.
+  const auto e = model::estimate_memory(plan);
+  os << "predicted peak GPU memory on rank 0: "
+     << static_cast<int64_t>(e.first().allocator_peak(plan.distributed_optimizer) / 1048576.0 + 0.5)
+     << " MiB allocated by tensors (LibTorch's allocator peak, pipeline stage 1)";
   return os.str();
 }
 
