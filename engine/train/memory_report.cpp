@@ -184,8 +184,42 @@ std::string dry_run_report(const RunSpec& spec, const DryRunOptions& opts) {
   return os.str();
 }
 
-std::string oom_report(const RunSpec& spec, int world, int rank, double gpu_bytes, const std::string& detail) {
+namespace {
+
+// LibTorch's message up to its allocator statistics: "CUDA out of memory. Tried to allocate 2.00
+// GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.23 GiB is free. ..."
+std::string oom_detail(const std::string& what) {
+  std::string s = what.substr(0, what.find('\n'));
+  for (const char* cut : {" Including non-PyTorch memory", " Of the allocated memory", " If reserved"})
+    if (const auto at = s.find(cut); at != std::string::npos) s.resize(at);
+  const std::string prefix = "CUDA out of memory. ";
+  if (s.rfind(prefix, 0) == 0) s = s.substr(prefix.size());
+  while (!s.empty() && (s.back() == '.' || s.back() == ' ')) s.pop_back();  // the report adds its own
+  return s.size() > 300 ? s.substr(0, 300) + "..." : s;
+}
+
+// "total capacity of 79.19 GiB" in LibTorch's message, in bytes (0 when absent).
+double capacity_in(const std::string& what) {
+  const std::string key = "total capacity of ";
+  const auto at = what.find(key);
+  if (at == std::string::npos) return 0;
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(what.substr(at + key.size()), &used);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  const std::string unit = what.substr(at + key.size() + used, 4);
+  return value * (unit == " GiB" ? 1073741824.0 : unit == " MiB" ? 1048576.0 : 0.0);
+}
+
+}  // namespace
+
+std::string oom_report(const RunSpec& spec, int world, int rank, double gpu_bytes, const std::string& what) {
+  if (gpu_bytes <= 0) gpu_bytes = capacity_in(what);
   if (gpu_bytes <= 0) gpu_bytes = 80e9;
+  const auto detail = oom_detail(what);
   std::ostringstream os;
   os << "CUDA out of memory on rank " << rank << (detail.empty() ? "" : " (" + detail + ")") << ".\n";
   try {

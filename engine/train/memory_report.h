@@ -27,8 +27,10 @@ std::string memory_report(const model::MemoryPlan& plan, double gpu_bytes, int g
 // All of the dry run after the resolved recipe: layout, parameters, memory, verdict.
 std::string dry_run_report(const RunSpec& spec, const DryRunOptions& opts);
 
-// For the trainer's catch of an out-of-memory error: what the run needed by the estimate, on
-// which term, and what to change; `detail` is LibTorch's first line ("Tried to allocate ...").
-std::string oom_report(const RunSpec& spec, int world, int rank, double gpu_bytes, const std::string& detail);
+// For the trainer's catch of c10::OutOfMemoryError, instead of LibTorch's allocator dump: the
+// estimate's breakdown for the running layout, its largest term and what to change. `what` is the
+// error's what(): its first sentences are kept ("Tried to allocate 2.00 GiB. GPU 0 has a total
+// capacity of 79.19 GiB ..."), and gpu_bytes <= 0 takes the capacity from it (else 80 GB).
+std::string oom_report(const RunSpec& spec, int world, int rank, double gpu_bytes, const std::string& what);
 
 }  // namespace me::train
