@@ -8,10 +8,11 @@
 --   sbatch slurm/train.sbatch recipes/gpt39b.lua
 -- Check the layout and the memory first, anywhere (no GPU, no data, no DATA_PATH needed):
 --   megaengine --dry-run recipes/gpt39b.lua --world 16
--- Expected memory per GPU (that dry run): pipeline stage 1 72.7 GB of 80 GB (LibTorch's peak
--- 67.3 GB: weights 10.0, fp32 main grads 20.0, masters + Adam state sharded over dp 2 30.0,
--- activations of 2 micro-batches in flight 7.1), stage 2 66.9 GB. Without the distributed
--- optimizer it would need 102.7 GB.
+-- Expected memory per GPU (that dry run; GB = 10^9 bytes): pipeline stage 1 77.0 GB of 80 GB,
+-- of which LibTorch's allocator peak is 71.0 GB (67,729 MiB: bf16 weights 9.9, fp32 main grads
+-- 19.8, masters + Adam state sharded over dp 2 29.7, activations of the 2 micro-batches in flight
+-- 11.3) and CUDA context, NCCL and allocator slack the rest; stage 2 71.1 GB. Without the
+-- distributed optimizer: 108.2 GB, too much. parallel.sequence_parallel=true: 74.4 GB.
 --
 -- Data under $DATA_PATH/gpt2/ (the seeds' layout): my-gpt2_text_document.bin/.idx, made by
 --   megaengine preprocess --input $DATA_PATH/gpt2/oscar-1GB.jsonl --output-prefix $DATA_PATH/gpt2/my-gpt2 \

@@ -1,14 +1,16 @@
--- LLaMA-2 13B (40 layers, hidden 5120, 40 heads, SwiGLU 13824; 13.02B parameters, RoPE, RMSNorm, untied output) in the
--- seeds' LLaMA-2 setup: tp 2 x pp 1 with sequence parallelism on 2 nodes of 8 H100s (dp 8), micro batch 1, global batch 2048,
--- seq 4096, AdamW (0.9, 0.95), lr 6e-5 cosine to 6e-6, clip 1.0, weight decay 0.1, LLaMA-2's
--- SentencePiece tokenizer; bf16, tp 2 with sequence parallelism and the optimizer sharded over dp 8 (Megatron's 13B example).
+-- LLaMA-2 13B (40 layers, hidden 5120, 40 heads, SwiGLU 13824, RoPE, RMSNorm, untied output; 13.02B
+-- parameters) in the seeds' LLaMA-2 setup: micro batch 1, global batch 2048, seq 4096, AdamW (0.9,
+-- 0.95), lr 6e-5 cosine to 6e-6, clip 1.0, weight decay 0.1, LLaMA-2's SentencePiece tokenizer,
+-- bf16; on 2 nodes of 8 H100s as tp 2 with sequence parallelism x pp 1 x dp 8, the optimizer
+-- sharded over dp 8 (as Megatron's 13B example).
 --
 -- Submit (DATA_PATH as in the seeds, e.g. export DATA_PATH=/fsx/data):
 --   sbatch slurm/train.sbatch recipes/llama2_13b.lua
 -- Check the layout and the memory first, anywhere (no GPU, no data, no DATA_PATH needed):
 --   megaengine --dry-run recipes/llama2_13b.lua --world 16
--- Expected memory per GPU (that dry run): 71.3 GB of 80 GB (LibTorch's peak 66.1 GB: weights 13.0, fp32 main grads 26.0,
--- masters + AdamW state sharded over dp 8 9.8, activations of 1 micro-batch 16.9).
+-- Expected memory per GPU (that dry run; GB = 10^9 bytes): 71.3 GB of 80 GB, of which LibTorch's
+-- allocator peak is 66.1 GB (63,065 MiB: bf16 weights 13.0, fp32 main grads 26.0, masters + AdamW
+-- state sharded over dp 8 9.8, activations of 1 micro-batch 16.9).
 --
 -- Data under $DATA_PATH/llama2/ as recipes/llama2_70b.lua: tokenizer.model, my-llama2_text_document.bin/.idx.
 -- The seeds' variants, as overrides after the recipe:

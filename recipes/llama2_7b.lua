@@ -1,14 +1,16 @@
--- LLaMA-2 7B (32 layers, hidden 4096, 32 heads, SwiGLU 11008; 6.74B parameters, RoPE, RMSNorm, untied output) in the
--- seeds' LLaMA-2 setup: tp 1 x pp 1 on 2 nodes of 8 H100s (dp 16), micro batch 1, global batch 2048,
--- seq 4096, AdamW (0.9, 0.95), lr 6e-5 cosine to 6e-6, clip 1.0, weight decay 0.1, LLaMA-2's
--- SentencePiece tokenizer; bf16, data parallelism alone, the optimizer sharded over the 16 GPUs (Megatron's 7B example).
+-- LLaMA-2 7B (32 layers, hidden 4096, 32 heads, SwiGLU 11008, RoPE, RMSNorm, untied output; 6.74B
+-- parameters) in the seeds' LLaMA-2 setup: micro batch 1, global batch 2048, seq 4096, AdamW (0.9,
+-- 0.95), lr 6e-5 cosine to 6e-6, clip 1.0, weight decay 0.1, LLaMA-2's SentencePiece tokenizer,
+-- bf16; on 2 nodes of 8 H100s by data parallelism alone (tp 1 x pp 1 x dp 16), the optimizer
+-- sharded over the 16 GPUs (as Megatron's 7B example).
 --
 -- Submit (DATA_PATH as in the seeds, e.g. export DATA_PATH=/fsx/data):
 --   sbatch slurm/train.sbatch recipes/llama2_7b.lua
 -- Check the layout and the memory first, anywhere (no GPU, no data, no DATA_PATH needed):
 --   megaengine --dry-run recipes/llama2_7b.lua --world 16
--- Expected memory per GPU (that dry run): 70.0 GB of 80 GB (LibTorch's peak 65.4 GB: weights 13.5, fp32 main grads 27.0,
--- masters + AdamW state sharded over dp 16 5.1, activations of 1 micro-batch 19.5).
+-- Expected memory per GPU (that dry run; GB = 10^9 bytes): 70.0 GB of 80 GB, of which LibTorch's
+-- allocator peak is 65.4 GB (62,380 MiB: bf16 weights 13.5, fp32 main grads 27.0, masters + AdamW
+-- state sharded over dp 16 5.1, activations of 1 micro-batch 19.5).
 --
 -- Data under $DATA_PATH/llama2/ as recipes/llama2_70b.lua: tokenizer.model, my-llama2_text_document.bin/.idx.
 -- The seeds' variants, as overrides after the recipe:

@@ -149,19 +149,22 @@ std::string memory_report(const model::MemoryPlan& plan, double gpu_bytes, int g
   for (const auto* s : stages) os << right(stage_name(e, *s), kColumn);
   std::vector<std::vector<std::pair<std::string, double>>> terms;
   for (const auto* s : stages) terms.push_back(model::memory_terms(*s, dist));
-  for (size_t row = 0; row < terms.front().size(); ++row) {
-    os << "\n  " << pad(terms.front()[row].first, kLabel - 2);
-    for (const auto& t : terms) os << right(model::format_gb(t[row].second), kColumn);
-  }
   auto line = [&](const std::string& label, auto value) {
     os << "\n  " << pad(label, kLabel - 2);
     for (const auto* s : stages) os << right(value(*s), kColumn);
   };
+  // The allocator's terms, its peak (what the run's last line reports), then what lies outside it.
+  constexpr size_t kAllocatorTerms = 6;
+  for (size_t row = 0; row < terms.front().size(); ++row) {
+    if (row == kAllocatorTerms)
+      line("= LibTorch's allocator peak (what a run reports)",
+           [&](const model::StageMemory& s) { return model::format_gb(s.allocator_peak(dist)); });
+    os << "\n  " << pad((row < kAllocatorTerms ? "" : "+ ") + terms.front()[row].first, kLabel - 2);
+    for (const auto& t : terms) os << right(model::format_gb(t[row].second), kColumn);
+  }
   line("= total", [&](const model::StageMemory& s) { return model::format_gb(s.total(dist)); });
-  line(dist ? "  total without the distributed optimizer" : "  total with the distributed optimizer",
+  line(dist ? "  (without the distributed optimizer)" : "  (with the distributed optimizer)",
        [&](const model::StageMemory& s) { return model::format_gb(s.total(!dist)); });
-  line("LibTorch's allocator peak (what a run reports)",
-       [&](const model::StageMemory& s) { return model::format_gb(s.allocator_peak(dist)); });
   line("activations per micro-batch",
        [&](const model::StageMemory& s) { return model::format_gb(s.activations_per_micro); });
   os << "\n" << verdict_text(plan, model::memory_verdict(plan, gpu_bytes, gpus_per_node), gpus_per_node);
