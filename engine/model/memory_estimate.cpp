@@ -23,6 +23,22 @@
 // elements, is kept. Selective recomputation (Recompute3 over the attention core) therefore saves
 // only the logsumexp on the GPU; full recomputation keeps r h per layer (the block's input).
 // fp32 training keeps every one of these in 4 bytes (the paper assumes 2).
+//
+// Around them: 1F1B keeps min(pp - stage, micro-batches) micro-batches in flight on a stage
+// (the first stage the most), plus pp_deferred_wgrads - 1 held-back ones; the peak is at the start
+// of a backward, with the larger of two transients on top: the last stage's logits and output
+// layer, or one layer's backward working set (with a rebuilt layer under recomputation).
+// The constants (memory_estimate.h):
+//   kWorkspaceBytes 64 MiB: LibTorch allocates its cuBLAS workspaces (32 MiB each on Hopper, one
+//     per stream that runs GEMMs) through the caching allocator; with the step's token ids it is
+//     what the H100/H200 peaks in bench/RESULTS.md hold beyond the other terms (36,038 MiB measured
+//     for GPT 1.3B against 35,969 MiB of terms, 30,570 against 30,503 for LLaMA 1B).
+//   kCudaContextBytes 1 GiB: the CUDA context and the kernel images of LibTorch, cuBLAS and cuDNN
+//     (nvidia-smi shows about 0.5-0.8 GiB per process before any tensor), and this engine's
+//     cuBLASLt workspaces (32 MiB per stream, cudaMalloc'ed): none of it is in the allocator.
+//   kNcclGroupBytes 256 MiB per communicator of more than one rank: NCCL's own buffers (4 MiB per
+//     protocol and channel and peer by default), outside the allocator; a rough, safe figure.
+//   kFragmentation 5%: what the caching allocator reserves beyond what tensors hold at the peak.
 #include "engine/model/memory_estimate.h"
 
 #include <algorithm>
