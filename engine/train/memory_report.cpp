@@ -24,6 +24,12 @@ std::string short_count(int64_t n) {
   return buf;
 }
 
+std::string joined(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
 std::string pad(std::string s, size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
   return s;
@@ -68,8 +74,8 @@ std::string verdict_text(const model::MemoryPlan& plan, const model::MemoryVerdi
      << " per GPU, more than " << model::format_gb(v.capacity) << "; its largest term is " << v.largest_term << " ("
      << model::format_gb(v.largest_bytes) << ")";
   if (v.found) {
-    os << "\n  smallest change that fits (then " << model::format_gb(v.change.total) << " per GPU): ";
-    for (const auto& o : v.change.overrides) os << o << " ";
+    os << "\n  smallest change that fits (then " << model::format_gb(v.change.total)
+       << " per GPU): " << joined(v.change.overrides);
     return os.str();
   }
   // Nothing fits on these GPUs: how many it would take.
@@ -81,8 +87,7 @@ std::string verdict_text(const model::MemoryPlan& plan, const model::MemoryVerdi
     if (!w.fits && !w.found) continue;
     os << "\n  no change of tp (up to " << gpus_per_node << "), pp, recomputation, the distributed optimizer, bf16 "
        << "gradients or the micro batch fits on " << plan.world << " GPUs; on " << more.world << " GPUs (--world "
-       << more.world << "): ";
-    for (const auto& o : w.change.overrides) os << o << " ";
+       << more.world << "): " << (w.fits ? std::string("it fits as it is") : joined(w.change.overrides));
     return os.str();
   }
   os << "\n  nothing fits even on " << plan.world * 16 << " GPUs: a smaller model or sequence";
@@ -234,10 +239,7 @@ std::string oom_report(const RunSpec& spec, int world, int rank, double gpu_byte
       const auto cut = model::memory_verdict(plan, 0.9 * v.total, 8);
       os << "\n  the estimate fits, so something it does not count took the rest (another process on this GPU, "
          << "fragmentation: try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)";
-      if (cut.found) {
-        os << "; a change that needs a tenth less: ";
-        for (const auto& o : cut.change.overrides) os << o << " ";
-      }
+      if (cut.found) os << "; a change that needs a tenth less: " << joined(cut.change.overrides);
     }
   } catch (const std::exception& e) {
     os << "(no estimate for this run: " << e.what() << ")";

@@ -94,3 +94,16 @@ TEST_CASE("an out-of-memory report explains the running layout", "[layout]") {
   CHECK_THAT(fits, Catch::Contains("the estimate fits, so something it does not count took the rest"));
   CHECK_THAT(fits, Catch::Contains("a change that needs a tenth less: "));
 }
+
+TEST_CASE("a model too large for the GPUs asks for more of them", "[layout]") {
+  // LLaMA-2 70B on 4 GPUs: no layout of 4 fits 80 GB; on 16, tp 8 x pp 2 with full recomputation
+  // and bf16 gradients does (16 B x 68.98B / 16 = 69 GB of weights, gradients and optimizer state).
+  me::model::MemoryPlan p;
+  p.model = me::model::TransformerConfig::llama();
+  p.model.layers = 80, p.model.hidden = 8192, p.model.heads = 64, p.model.query_groups = 8, p.model.seq = 4096;
+  p.model.ffn_multiplier = 1.3, p.model.ffn_multiple_of = 4096;
+  p.world = 4, p.micro_batch = 1, p.global_batch = 64, p.precision = "bf16";
+  const auto r = me::train::memory_report(p, 80e9, 8);
+  CHECK_THAT(r, Catch::Contains("fits on 4 GPUs; on 16 GPUs (--world 16): parallel.tp=8 parallel.pp=2"));
+  CHECK_THAT(r, Catch::Contains("model.recompute=full"));
+}
