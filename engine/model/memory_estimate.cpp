@@ -175,6 +175,11 @@ double layer_activation_bytes(const MemoryPlan& p, bool recomputed) {
 
 namespace {
 
+// Whether layer i (counted in the whole model) runs under the plan's recomputation.
+bool recomputed_layer(const TransformerConfig& c, int64_t i) {
+  return c.recompute == "selective" || (c.recompute == "full" && i % std::max<int64_t>(1, c.recompute_every) == 0);
+}
+
 // Activations of one micro-batch on a stage: its layers (full recomputation applies to every
 // recompute_every-th layer, counted in the whole model) and the stage's own tensors: a non-last
 // stage keeps the output it sent (the pipeline calls backward on it), the last stage the final
@@ -182,11 +187,7 @@ namespace {
 double stage_activation_bytes(const MemoryPlan& p, const Dims& x, int64_t first_layer, int64_t layers, bool last) {
   const auto& c = p.model;
   double bytes = 0;
-  for (int64_t i = first_layer; i < first_layer + layers; ++i) {
-    const bool recomputed =
-        c.recompute == "selective" || (c.recompute == "full" && i % std::max<int64_t>(1, c.recompute_every) == 0);
-    bytes += layer_activation_bytes(p, recomputed);
-  }
+  for (int64_t i = first_layer; i < first_layer + layers; ++i) bytes += layer_activation_bytes(p, recomputed_layer(c, i));
   if (!last) return bytes + x.r * x.h * x.act_bytes;
   return bytes + (x.r + x.T) * x.h * x.act_bytes + x.r * norm_stat_bytes(c);
 }
@@ -205,12 +206,23 @@ double logits_bytes(const MemoryPlan& p, const Dims& x) {
 }
 
 // The heaviest point of a layer's backward: its working set; with recomputation, the activations
-// it rebuilds first (a whole layer's under full, the attention output under selective); and on a
-// last stage with tied embeddings the embedding gradient autograd still holds.
-double backward_peak_bytes(const MemoryPlan& p, const Dims& x, bool last) {
+// it rebuilds first (under full, a whole layer's less the input it kept, counted already; by
+// then the layers after it in the stage have freed theirs; under selective, the attention
+// output); and on a last stage with tied embeddings the embedding gradient autograd still holds.
+double backward_peak_bytes(const MemoryPlan& p, const Dims& x, int64_t first_layer, int64_t layers, bool last) {
   const auto& c = p.model;
   double bytes = layer_backward_bytes(p, x);
-  if (c.recompute == "full") bytes += layer_activation_bytes(p, false);
+  if (c.recompute == "full") {
+    double rebuilt = 0, freed = 0;  // at the last recomputed layer of the stage, the first rebuilt
+    for (int64_t i = first_layer + layers - 1; i >= first_layer; --i) {
+      if (recomputed_layer(c, i)) {
+        rebuilt = layer_activation_bytes(p, false) - x.r * x.h * x.act_bytes;
+        break;
+      }
+      freed += layer_activation_bytes(p, false);
+    }
+    bytes += std::max(0.0, rebuilt - freed);
+  }
   if (c.recompute == "selective") bytes += x.T * x.a * x.d / x.t * x.act_bytes + 4.0 * x.T * x.a / x.t;
   if (last && c.tie_embeddings) bytes += x.V / x.t * x.h * x.param_bytes;
   return bytes;
@@ -268,7 +280,7 @@ MemoryEstimate estimate_memory(const MemoryPlan& plan) {
     st.activations_per_micro = stage_activation_bytes(plan, x, st.first_layer, st.layers, stage.last());
     st.activations = static_cast<double>(alive) * st.activations_per_micro;
     if (stage.last()) st.logits_peak = logits_bytes(plan, x);
-    st.layer_peak = backward_peak_bytes(plan, x, stage.last());
+    st.layer_peak = backward_peak_bytes(plan, x, st.first_layer, st.layers, stage.last());
     // The step's tokens and labels (int64, every stage holds both) and the cuBLAS workspaces.
     st.workspace = kWorkspaceBytes + 2.0 * 8.0 * static_cast<double>(m) * x.T;
     st.symmetric = symmetric_bytes(plan, st);

@@ -142,6 +142,21 @@ TEST_CASE("micro-batches in flight under 1F1B", "[memory]") {
   CHECK(me::model::estimate_memory(p).stages[0].in_flight == 6);
 }
 
+TEST_CASE("full recomputation rebuilds one layer in backward, after the layers behind it are gone", "[memory]") {
+  // LLaMA 1B, 22 layers. Every layer recomputed: the last one is rebuilt first, on top of every
+  // checkpoint: a layer's activations less the input it kept (T h x 2 B) join the working set.
+  // Every 2nd layer (0, 2, ..., 20): layer 21 keeps its activations and frees them before 20 is
+  // rebuilt, so the rebuild adds nothing beyond the working set.
+  auto p = plan(llama1b(), 1, 1, 1, 4);
+  p.model.recompute = "full";
+  const double every1 = me::model::estimate_memory(p).first().layer_peak;
+  p.model.recompute_every = 2;
+  const double every2 = me::model::estimate_memory(p).first().layer_peak;
+  CHECK(every1 - every2 == me::model::layer_activation_bytes(p, false) - 8192.0 * 2048 * 2);
+  p.model.recompute = "none";
+  CHECK(me::model::estimate_memory(p).first().layer_peak == every2);
+}
+
 // Peaks measured on the GPU with this engine ("peak GPU memory on rank 0", bench/RESULTS.md,
 // eighth session: H200, bf16, micro 4, seq 2048) against the estimate's allocator peak.
 TEST_CASE("the estimate matches measured peaks", "[memory]") {
