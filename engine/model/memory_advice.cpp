@@ -13,7 +13,9 @@ std::vector<std::pair<std::string, double>> memory_terms(const StageMemory& s, b
   return {
       {"weights", s.weights},
       {"gradients (main-grad buffer)", s.gradients},
-      {distributed ? "master weights + optimizer state (sharded over dp)" : "master weights + optimizer state",
+      {!distributed ? std::string("master weights + optimizer state")
+                    : s.dp > 1 ? cat("master weights + optimizer state (sharded over dp ", s.dp, ")")
+                               : std::string("master weights + optimizer state (dp 1: not sharded)"),
        s.optimizer(distributed)},
       {cat("activations (", s.in_flight, " micro-batch", s.in_flight == 1 ? "" : "es", " in flight)"), s.activations},
       {logits ? "logits and output layer (backward peak)" : "one layer's backward (backward peak)", s.transient()},
@@ -33,7 +35,7 @@ namespace {
 struct Knobs {
   int tp, pp;
   int64_t micro;
-  std::string recompute;
+  std::string recompute;  // "": as the plan has it; "selective"; "full" (every layer)
   bool distributed, bf16_grads, sequence_parallel;
 };
 
@@ -42,7 +44,8 @@ double log2_ratio(double a, double b) { return std::log2(a / b); }
 double cost_of(const MemoryPlan& from, const Knobs& k) {
   double c = 3.0 * log2_ratio(k.tp, from.tp) + 3.0 * log2_ratio(k.pp, from.pp) +
              2.0 * log2_ratio(static_cast<double>(from.micro_batch), static_cast<double>(k.micro));
-  if (k.recompute != from.model.recompute) c += k.recompute == "selective" ? 1.0 : 5.0;
+  if (k.recompute == "selective") c += 1.0;
+  if (k.recompute == "full") c += from.model.recompute == "full" ? 2.0 : 5.0;  // more layers, or all of them
   if (k.distributed != from.distributed_optimizer) c += 1.0;
   if (k.bf16_grads != (from.grad_reduce_dtype == "bf16")) c += 2.0;
   if (k.sequence_parallel != from.sequence_parallel) c += 0.5;
@@ -65,10 +68,10 @@ MemoryChange apply(const MemoryPlan& from, const Knobs& k) {
     }
   }
   if (k.micro != from.micro_batch) o.push_back(cat("batch.micro=", k.micro)), p.micro_batch = k.micro;
-  if (k.recompute != from.model.recompute) {
-    o.push_back("model.recompute=" + k.recompute);
-    p.model.recompute = k.recompute;
+  if (!k.recompute.empty()) {
+    if (k.recompute != from.model.recompute) o.push_back("model.recompute=" + k.recompute);
     if (k.recompute == "full" && from.model.recompute_every != 1) o.push_back("model.recompute_every=1");
+    p.model.recompute = k.recompute;
     p.model.recompute_every = 1;
   }
   if (k.distributed != from.distributed_optimizer)
@@ -93,10 +96,9 @@ std::vector<Knobs> candidates(const MemoryPlan& plan, int gpus_per_node) {
     if (plan.world % p == 0) pps.push_back(p);
   std::vector<int64_t> micros;
   for (int64_t m = plan.micro_batch; m >= 1; m /= 2) micros.push_back(m);
-  std::vector<std::string> recomputes{plan.model.recompute};
-  for (const char* r : {"selective", "full"})
-    if (plan.model.recompute != r || (plan.model.recompute == "full" && plan.model.recompute_every != 1))
-      recomputes.push_back(r);
+  std::vector<std::string> recomputes{""};
+  if (plan.model.recompute == "none") recomputes.push_back("selective");
+  if (plan.model.recompute != "full" || plan.model.recompute_every != 1) recomputes.push_back("full");
   const bool bf16_ok = plan.precision == "bf16";
   std::vector<Knobs> out;
   for (int t : tps)

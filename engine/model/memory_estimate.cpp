@@ -269,6 +269,7 @@ MemoryEstimate estimate_memory(const MemoryPlan& plan) {
     st.weights = n * x.param_bytes;
     st.gradients = n * grad_bytes;
     st.optimizer_replicated = n * (moment_bytes + master_bytes);
+    st.dp = plan.dp();
     st.optimizer_sharded = st.optimizer_replicated / plan.dp();
     // 1F1B: stage s runs pp - s - 1 warm-up forwards before its first backward. Weight gradients
     // held back past a backward (pp_deferred_wgrads - 1 micro-batches) keep their GEMMs' inputs

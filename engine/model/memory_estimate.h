@@ -55,6 +55,7 @@ struct StageMemory {
   int64_t first_layer = 0, layers = 0;
   int64_t parameters = 0;    // this GPU's share of the stage (replicated ones counted here too)
   int64_t in_flight = 1;     // micro-batches whose activations are alive at the peak
+  int dp = 1;                // the data-parallel ranks the distributed optimizer shards over
   double weights = 0;        // the parameters in the training dtype
   double gradients = 0;      // the main-grad buffer (fp32, or bf16)
   double optimizer_replicated = 0;  // fp32 masters (bf16/fp16 training) + moments, every dp rank
