@@ -59,6 +59,7 @@ int open_megaengine(lua_State* L) {
   open_comm(L, core);
   open_data(L, core);
   open_parallel(L, core);
+  open_dry_run(L, core);
   load_embedded(L, "megaengine");
   lua_pushvalue(L, core);
   lua_call(L, 1, 1);
@@ -101,7 +102,7 @@ bool LuaHost::run_chunk(const std::string& code, const std::string& chunkname, s
   return call(L_, 0, 0, error);
 }
 
-bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& args, bool dry_run, bool interactive,
+bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& args, const RunFileOptions& options,
                        std::string* error, int* exit_status) {
   const int top = lua_gettop(L_);
   // arg, as the stock `lua` interpreter sets it: arg[0] = script, arg[1..] = its arguments.
@@ -125,8 +126,18 @@ bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& 
     lua_rawseti(L_, -2, static_cast<lua_Integer>(i + 1));
   }
   lua_newtable(L_);
-  lua_pushboolean(L_, dry_run);
+  lua_pushboolean(L_, options.dry_run);
   lua_setfield(L_, -2, "dry_run");
+  if (options.world > 0) {
+    lua_pushinteger(L_, options.world);
+    lua_setfield(L_, -2, "world");
+  }
+  lua_pushinteger(L_, options.gpus_per_node);
+  lua_setfield(L_, -2, "gpus_per_node");
+  if (!options.gpu_memory.empty()) {
+    lua_pushstring(L_, options.gpu_memory.c_str());
+    lua_setfield(L_, -2, "gpu_memory");
+  }
   if (!call(L_, 3, 3, error)) {
     lua_settop(L_, top);
     return false;
@@ -138,7 +149,7 @@ bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& 
       lua_pop(L_, 1);
     }
   }
-  if (interactive) {
+  if (options.interactive) {
     lua_setglobal(L_, "summary");
     lua_setglobal(L_, "trainer");
     lua_setglobal(L_, "recipe");

@@ -8,6 +8,15 @@ struct lua_State;
 
 namespace me::lua {
 
+// How `megaengine FILE` runs a recipe file (main.cpp's flags).
+struct RunFileOptions {
+  bool dry_run = false;      // --dry-run: print the recipe and the layout and memory report, do not train
+  bool interactive = false;  // -i: leave recipe, trainer, summary for the REPL
+  int world = 0;             // --world N: the dry run's GPUs (0: tp x pp)
+  int gpus_per_node = 8;     // --gpus-per-node
+  std::string gpu_memory;    // --gpu-memory (empty: 80GB)
+};
+
 class LuaHost {
  public:
   LuaHost();
@@ -22,7 +31,7 @@ class LuaHost {
   // megaengine FILE [args]: runs it and trains the recipe it returns. With `interactive`,
   // the globals recipe, trainer and summary are left for the REPL. *exit_status: what the run
   // asks the process to exit with (summary.exit_status; 0 when it has none).
-  bool run_file(const std::string& path, const std::vector<std::string>& args, bool dry_run, bool interactive,
+  bool run_file(const std::string& path, const std::vector<std::string>& args, const RunFileOptions& options,
                 std::string* error, int* exit_status = nullptr);
 
  private:

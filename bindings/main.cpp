@@ -29,7 +29,11 @@ const char* kUsage =
     "                                         e.g. train.iters=50 optimizer.lr=3e-4 device=cuda\n"
     "  megaengine -i recipe.lua [key=value]   run it, then stay in the REPL with recipe, trainer, summary\n"
     "  megaengine -e 'lua code'               run a chunk (may repeat; runs before any recipe)\n"
-    "  megaengine --dry-run recipe.lua ...    print the resolved recipe and its parameter count, do not train\n"
+    "  megaengine --dry-run recipe.lua ... [--world N] [--gpu-memory 80GB] [--gpus-per-node 8]\n"
+    "                                         print the resolved recipe, the layout of N GPUs (tp/pp/dp groups\n"
+    "                                         and their nodes), parameter counts and the memory per GPU with a\n"
+    "                                         verdict; nothing is allocated and no data is read (ME_DRY_RUN=1\n"
+    "                                         is set for the recipe, so it can skip what needs data paths)\n"
     "  megaengine --fields [section]          every recipe field with its type, default and help\n"
     "  megaengine --nproc N recipe.lua ...    start N ranks on this machine (RANK, WORLD_SIZE, MASTER_* set,\n"
     "                                         output prefixed by rank; if one fails, the others are stopped)\n"
@@ -41,6 +45,13 @@ const char* kUsage =
     "  megaengine --help | --version\n"
     "\n"
     "environment: ME_LOG_LEVEL=trace|debug|info|warn|error, ME_ASSET_DIR, ME_HISTORY\n";
+
+// "--nproc 4", "--world 16": a positive count, or 0 when the text is not one.
+long positive_count(const char* text) {
+  char* end = nullptr;
+  const long v = text ? std::strtol(text, &end, 10) : 0;
+  return (!text || !end || *end || v < 1 || v > 1 << 20) ? 0 : v;
+}
 
 int die(const std::string& message) {
   std::fflush(stdout);
@@ -79,8 +90,22 @@ int main(int argc, char** argv) {
   std::string recipe;
   std::vector<std::string> rest;
   bool interactive = false, dry_run = false;
+  me::lua::RunFileOptions file_options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    // The dry run's flags come before or after the recipe (an override never starts with "--").
+    if (a == "--world" || a == "--gpus-per-node") {
+      const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
+      if (v == 0) return die(a + " needs a positive number of GPUs, got '" + (i + 1 < argc ? argv[i + 1] : "") + "'");
+      (a == "--world" ? file_options.world : file_options.gpus_per_node) = static_cast<int>(v);
+      ++i;
+      continue;
+    }
+    if (a == "--gpu-memory") {
+      if (i + 1 >= argc) return die("--gpu-memory needs a size, e.g. --gpu-memory 80GB");
+      file_options.gpu_memory = argv[++i];
+      continue;
+    }
     if (!recipe.empty()) {
       rest.push_back(a);
     } else if (a == "-h" || a == "--help") {
@@ -110,9 +135,8 @@ int main(int argc, char** argv) {
       const bool ok = host.run_chunk("print(require('megaengine.fields').describe(" + section + "))", "=fields", &error);
       return ok ? 0 : die(error.substr(0, error.find("\nstack traceback")));
     } else if (a == "--nproc") {
-      char* end = nullptr;
-      const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
-      if (i + 1 >= argc || !end || *end || v < 1 || v > 4096)
+      const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
+      if (v == 0 || v > 4096)
         return die(std::string("--nproc needs a positive number of processes, got '") + (i + 1 < argc ? argv[i + 1] : "") + "'");
       nproc = static_cast<int>(v);
       ++i;
@@ -141,6 +165,9 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (!dry_run && (file_options.world > 0 || !file_options.gpu_memory.empty()))
+    return die("--world and --gpu-memory describe the cluster for --dry-run; to train on N ranks use --nproc N "
+               "(or srun)");
   if (nproc > 0) {
     try {
       return launch_ranks(nproc, argc, argv);
@@ -155,7 +182,11 @@ int main(int argc, char** argv) {
     for (const auto& c : chunks)
       if (!host.run_chunk(c, "=(command line)", &error)) return die(error);
     int status = 0;
-    if (!recipe.empty() && !host.run_file(recipe, rest, dry_run, interactive, &error, &status)) {
+    file_options.dry_run = dry_run;
+    file_options.interactive = interactive;
+    // Recipes read it to leave out what only training needs (DATA_PATH, the tokenizer files).
+    if (dry_run) setenv("ME_DRY_RUN", "1", 1);
+    if (!recipe.empty() && !host.run_file(recipe, rest, file_options, &error, &status)) {
       if (!interactive) return die(error);
       std::fprintf(stderr, "megaengine: %s\n", error.c_str());
     }

@@ -12,6 +12,7 @@
 #include "engine/core/stop_signals.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/train/memory_report.h"
 #include "engine/train/step_profiler.h"
 
 namespace me::train {
@@ -266,6 +267,16 @@ StepResult Trainer::step() {
 }
 
 StepResult Trainer::step_async() {
+  try {
+    return run_step();
+  } catch (const c10::OutOfMemoryError& e) {
+    // Instead of LibTorch's allocator dump: the memory estimate of this layout, its largest term
+    // and the cheapest change (memory_report.h). The capacity is read from LibTorch's message.
+    throw Error(oom_report(spec_, comm_ ? comm_->world_size() : 1, comm_ ? comm_->rank() : 0, 0, e.what()));
+  }
+}
+
+StepResult Trainer::run_step() {
   const double t0 = now_ms();
   test_slow_rank();
   phases_.start();

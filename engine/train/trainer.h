@@ -129,6 +129,7 @@ class Trainer {
   checkpoint::Metadata checkpoint_metadata() const;
 
  private:
+  StepResult run_step();  // step_async's work; step_async turns CUDA's out-of-memory into a report
   // The constructor's steps, in order.
   void connect();
   void plan_batches();
