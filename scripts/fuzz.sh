@@ -42,7 +42,7 @@ set +e
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "$build/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=$max_len \
   -print_final_stats=1 -artifact_prefix="$crashes/" "$@" "$corpus" "$repo/tests/fuzz/$target" 2>&1 |
-  tee "$build/$target.log" | grep -Ev '^#[0-9]+\s+(NEW|REDUCE|pulse)' || true
+  tee "$build/$target.log" | grep -Ev '^#[0-9]+\s+(NEW|REDUCE|pulse)'
 rc=${PIPESTATUS[0]}
 set -e
 runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/$target.log" | tail -1)
