@@ -20,11 +20,13 @@ JsonlRecord parse_jsonl_record(const char* begin, const char* end, const std::st
       r.text = std::move(it->get_ref<std::string&>());
       r.ok = true;
     }
-  } catch (const nlohmann::json::parse_error& ex) {
+  } catch (const nlohmann::json::exception& ex) {
+    // Not only parse errors: a number too large for a double (1e999) is an out_of_range error
+    // (found by fuzzing: it escaped the worker thread and aborted preprocess).
     // nlohmann's message starts "[json.exception.parse_error.101] parse error at line 1, ...".
     std::string m = ex.what();
     if (auto k = m.find("] "); k != std::string::npos) m = m.substr(k + 2);
-    r.why = "malformed JSON: " + m;
+    r.why = (dynamic_cast<const nlohmann::json::parse_error*>(&ex) ? "malformed JSON: " : "unreadable JSON: ") + m;
   }
   return r;
 }
