@@ -36,8 +36,10 @@ comm::CommOptions read_options(lua_State* L, int t) {
   const double timeout = field_number(L, t, "timeout_s", "comm", 600.0);
   const double connect = field_number(L, t, "connect_timeout_s", "comm", 300.0);
   o.heartbeat_s = field_number(L, t, "heartbeat_s", "comm", o.heartbeat_s);
+  o.dead_after_s = field_number(L, t, "dead_after_s", "comm", o.dead_after_s);
   o.nccl_cta_policy = field_string(L, t, "nccl_cta_policy", "comm", o.nccl_cta_policy);
   ME_CHECK(timeout > 0 && connect > 0 && o.heartbeat_s > 0, "comm: timeout_s, connect_timeout_s and heartbeat_s must be positive");
+  ME_CHECK(o.dead_after_s >= 0, "comm: dead_after_s must be >= 0 (0: off), got ", o.dead_after_s);
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
   o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect * 1000));
   return o;
@@ -62,7 +64,7 @@ void push_group(lua_State* L, GroupRef g) {
 
 GroupRef& check_group(lua_State* L, int arg) { return check_object<GroupRef>(L, arg, kGroupMeta, "process group"); }
 
-int c_init(lua_State* L) {  // me.comm.init{ backend=, device=, timeout_s=, heartbeat_s= }
+int c_init(lua_State* L) {  // me.comm.init{ backend=, device=, timeout_s=, heartbeat_s=, dead_after_s= }
   ME_CHECK(find_comm(L) == nullptr, "me.comm.init: communication is already initialised in this process");
   const int t = lua_type(L, 1) == LUA_TTABLE ? 1 : 0;
   auto opts = read_options(L, t);

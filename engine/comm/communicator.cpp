@@ -1,13 +1,14 @@
 #include "engine/comm/communicator.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <unistd.h>
 
 #include <algorithm>
 #include <sstream>
 
 #include "engine/comm/gloo_group.h"
+#include "engine/comm/job_store.h"
+#include "engine/comm/job_token.h"
 #include "engine/comm/nccl_group.h"
 #include "engine/core/error.h"
 #include "engine/core/log.h"
@@ -15,35 +16,13 @@
 namespace me::comm {
 namespace {
 
-using Clock = std::chrono::system_clock;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
-}
-
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
-std::string hostname() {
+std::string this_host() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
   return buf;
-}
-
-c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, bool server, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(env.master_port);
-  o.isServer = server;
-  o.numWorkers = static_cast<std::size_t>(env.world);
-  o.waitWorkers = false;
-  o.timeout = timeout;
-  try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-  } catch (const std::exception& e) {
-    fail("rank ", env.rank, ": cannot reach the rendezvous store at ", env.master_addr, ":", env.master_port,
-         (server ? " (this rank hosts it; is the port in use?)" : " (hosted by rank 0; did it start?)"), ": ",
-         std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
-  }
 }
 
 }  // namespace
@@ -60,6 +39,9 @@ Communicator::Communicator(LaunchEnv env, CommOptions options) : env_(std::move(
   ME_CHECK(backend_ == "gloo" || backend_ == "nccl", "unknown communication backend '", backend_,
            "': expected gloo, nccl or auto");
   ME_CHECK(options_.timeout.count() > 0 && options_.heartbeat_s > 0, "comm timeout and heartbeat must be positive");
+  ME_CHECK(options_.dead_after_s == 0 || options_.dead_after_s >= 3 * options_.heartbeat_s,
+           "comm.dead_after_s (", options_.dead_after_s, ") must be 0 (off) or at least 3 x comm.heartbeat_s (",
+           options_.heartbeat_s, "): a rank is declared dead only after several missed heartbeats");
   if (backend_ == "nccl") {
     ME_CHECK(cuda, "the nccl backend drives CUDA tensors: set device=cuda (or backend=gloo for CPU)");
     cuda_device_ = select_cuda_device(env_.local_rank);
@@ -68,8 +50,8 @@ Communicator::Communicator(LaunchEnv env, CommOptions options) : env_(std::move(
   if (env_.world == 1)
     store_ = c10::make_intrusive<c10d::HashStore>();
   else
-    store_ = connect_store(env_, env_.rank == 0, options_.connect_timeout);
-  for (const auto& entry : all_gather_object(hostname() + "\t" + std::to_string(cuda_device_))) {
+    start_store();
+  for (const auto& entry : all_gather_object(this_host() + "\t" + std::to_string(cuda_device_))) {
     const auto tab = entry.rfind('\t');
     hosts_.push_back(entry.substr(0, tab));
     gpus_.push_back(std::stoi(entry.substr(tab + 1)));
@@ -81,6 +63,31 @@ Communicator::Communicator(LaunchEnv env, CommOptions options) : env_(std::move(
   if (env_.world > 1) watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
+// Rank 0 serves the store on MASTER_ADDR's interface; every rank (rank 0 too) joins it with
+// the job token.
+void Communicator::start_store() {
+  const JobToken token = job_token(env_);
+  log::debug("job token: ", token.origin);
+  if (env_.rank == 0) {
+    StoreServerOptions o;
+    o.host = env_.master_addr;
+    o.port = env_.master_port;
+    o.token = token.value;
+    o.exclude_loopback = env_.world > env_.local_world;  // other nodes must reach it
+    o.log = [](const std::string& line) { log::warn(line); };
+    server_ = std::make_unique<StoreServer>(o);
+    log::debug("rendezvous store on ", server_->address(), ":", server_->port());
+  }
+  store_address_ = StoreAddress{env_.master_addr, env_.master_port, token.value,
+                                cat("rank ", env_.rank, " (", this_host(), ")")};
+  try {
+    store_ = c10::make_intrusive<JobStore>(store_address_, options_.connect_timeout);
+  } catch (const std::exception& e) {
+    fail("rank ", env_.rank, ": ", e.what(),
+         env_.rank == 0 ? "" : " (rank 0 hosts the store: did it start? is MASTER_ADDR/MASTER_PORT the same on every rank?)");
+  }
+}
+
 Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lock(stop_mutex_);
@@ -88,6 +95,7 @@ Communicator::~Communicator() {
   }
   stop_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
+  if (env_.world > 1) leave();
 }
 
 std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, const std::vector<int>& ranks) {
@@ -95,7 +103,7 @@ std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, c
   // creation, member or not, so the suffixes agree wherever the group is joined.
   const int64_t generation = generations_[name]++;
   if (std::find(ranks.begin(), ranks.end(), env_.rank) == ranks.end()) return nullptr;
-  const std::string host = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost" ? "127.0.0.1" : hostname();
+  const std::string host = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost" ? "127.0.0.1" : this_host();
   const std::string unique = generation == 0 ? name : cat(name, "@", generation);
   std::shared_ptr<ProcessGroup> g;
   if (backend_ == "gloo")
@@ -124,83 +132,6 @@ std::vector<std::string> Communicator::all_gather_object(const std::string& mine
     out[static_cast<size_t>(r)] = text(store_->get(key));
   }
   return out;
-}
-
-void Communicator::publish_progress(c10d::Store& store) {
-  store.set(cat("me/hb/", env_.rank), bytes(std::to_string(now_ms())));
-  std::lock_guard<std::mutex> lock(groups_mutex_);
-  for (auto& weak : groups_) {
-    auto g = weak.lock();
-    if (!g) continue;
-    const int64_t seq = g->collectives_started();
-    auto& last = published_[g->name()];
-    if (seq != last) {
-      store.set(cat("me/progress/", g->name(), "/", env_.rank), bytes(std::to_string(seq)));
-      last = seq;
-    }
-  }
-}
-
-void Communicator::watchdog_loop() {
-  // Its own connection: the main thread may be blocked inside the store or a collective.
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = connect_store(env_, false, options_.connect_timeout);
-  } catch (const std::exception& e) {
-    log::warn("watchdog cannot reach the store, failures will not name ranks: ", e.what());
-    return;
-  }
-  const auto interval = std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_s * 1000));
-  std::unique_lock<std::mutex> lock(stop_mutex_);
-  while (!stop_) {
-    lock.unlock();
-    try {
-      publish_progress(*store);
-    } catch (const std::exception&) {
-      // The store lives on rank 0; if it is gone the collectives will say so.
-    }
-    lock.lock();
-    stop_cv_.wait_for(lock, interval, [this] { return stop_.load(); });
-  }
-}
-
-std::string Communicator::diagnose(const ProcessGroup& group, int64_t seq) {
-  if (env_.world == 1) return "";
-  const auto hb_ms = static_cast<int64_t>(options_.heartbeat_s * 1000);
-  std::ostringstream os;
-  try {
-    auto store = connect_store(env_, false, std::chrono::seconds(5));
-    // Say we saw it: ranks that failed too are survivors, not the cause.
-    store->set(cat("me/failed/", env_.rank), bytes(cat(group.name(), " #", seq)));
-    // Let a dead rank's heartbeat go stale before judging it (a peer's death is often seen
-    // the moment its socket closes, before its last heartbeat ages).
-    std::this_thread::sleep_for(std::chrono::milliseconds(hb_ms * 5 / 2));
-    const int64_t now = now_ms();
-    for (int r : group.ranks()) {
-      if (r == env_.rank || store->check({cat("me/failed/", r)})) continue;
-      const std::string hb_key = cat("me/hb/", r), seq_key = cat("me/progress/", group.name(), "/", r);
-      const std::string who = cat("\n  rank ", r, " (", hosts_[static_cast<size_t>(r)], "): ");
-      if (!store->check({hb_key})) {
-        os << who << "never sent a heartbeat";
-        continue;
-      }
-      const int64_t age = now - std::stoll(text(store->get(hb_key)));
-      const int64_t their = store->check({seq_key}) ? std::stoll(text(store->get(seq_key))) : 0;
-      if (age > 2 * hb_ms)
-        os << who << "no heartbeat for " << age / 1000.0 << " s: the process exited, was killed, or lost its node";
-      else if (their < seq)
-        os << who << "alive but has not reached this collective (it has started " << their << " of " << seq
-           << " on group '" << group.name() << "'): it is hung or running something else";
-    }
-    // Rank 0 hosts the store: stay a moment so the other survivors can still read it.
-    if (env_.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(hb_ms * 3));
-  } catch (const std::exception&) {
-    os << "\n  the rendezvous store on rank 0 (" << env_.master_addr << ":" << env_.master_port
-       << ") is unreachable: rank 0 has exited";
-  }
-  const std::string found = os.str();
-  return found.empty() ? "\n  (the other ranks of the group are alive, or failed the same way)"
-                       : "\n  what the other ranks were doing:" + found;
 }
 
 ParallelGroups make_parallel_groups(Communicator& comm, int tp, int pp, int cp) {

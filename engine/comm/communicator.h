@@ -1,7 +1,8 @@
-// The job's communication state, one object per process (no globals): the rendezvous store,
-// the world group, groups made from a RankGrid, the hosts of all ranks, and a watchdog that
-// publishes this rank's heartbeat and collective progress so a failure can name the rank
-// that died or hung.
+// The job's communication state, one object per process (no globals): the rendezvous store
+// (served by rank 0, joined with the job token: store_server.h), the world group, groups made
+// from a RankGrid, the hosts of all ranks, and a watchdog that publishes this rank's heartbeat
+// and collective progress, so a failure can name the rank that died or hung, and that ends the
+// job when a rank's heartbeat stays silent for comm.dead_after_s.
 #pragma once
 #include <torch/torch.h>
 
@@ -17,6 +18,8 @@
 #include "engine/comm/bootstrap.h"
 #include "engine/comm/process_group.h"
 #include "engine/comm/rank_grid.h"
+#include "engine/comm/store_client.h"
+#include "engine/comm/store_server.h"
 
 namespace c10d {
 class Store;
@@ -30,6 +33,10 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};         // any one collective
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};  // rendezvous at start
   double heartbeat_s = 1.0;
+  // A rank whose heartbeat has been silent this long is dead (SIGKILL, SIGSTOP, a lost node):
+  // every other rank aborts its communicators and exits, naming it. 0: off. A rank that is
+  // merely slow keeps its heartbeat and is never declared dead; `timeout` bounds that case.
+  double dead_after_s = 60.0;
   // NCCL's CTA policy for every communicator (NCCL >= 2.27): "default" leaves it to NCCL (and
   // NCCL_CTA_POLICY), "efficiency" asks for fewer thread blocks per collective, "zero" (2.28) for
   // none where it can (copy-engine all-gathers into buffers from ProcessGroup::empty_symmetric).
@@ -67,15 +74,28 @@ class Communicator {
   // What the other ranks of `group` were doing when its collective #seq failed.
   std::string diagnose(const ProcessGroup& group, int64_t seq);
 
+  // The rendezvous store's address and the job token (empty for a world of one).
+  const StoreAddress& store_address() const { return store_address_; }
+
  private:
+  void start_store();
   void watchdog_loop();
-  void publish_progress(c10d::Store& store);
+  void publish_progress(StoreClient& store, std::chrono::milliseconds timeout);
+  void check_heartbeats(StoreClient& store, std::chrono::milliseconds timeout);
+  std::string last_collective();
+  [[noreturn]] void abort_job(const std::string& why);
+  void leave();
+  std::chrono::milliseconds heartbeat() const;
+  std::chrono::milliseconds dead_after() const;
 
   LaunchEnv env_;
   CommOptions options_;
   std::string backend_;
   int cuda_device_ = -1;
+  std::unique_ptr<StoreServer> server_;  // rank 0 only
+  StoreAddress store_address_;
   c10::intrusive_ptr<c10d::Store> store_;
+  std::string rank0_last_;  // rank 0's last heartbeat, read by the watchdog (rank 0 hosts the store)
   std::shared_ptr<ProcessGroup> world_;
   std::vector<std::string> hosts_;
   std::vector<int> gpus_;

@@ -9,8 +9,11 @@
 namespace me::comm {
 namespace {
 
-// A typo such as "n[0-99999999]" must fail fast instead of allocating gigabytes of names.
+// A typo such as "n[0-99999999]" must fail fast instead of allocating gigabytes of names; so
+// must a long name with a large range (fuzzing found 95 bytes that asked for ~100 MB): the
+// names' total length is bounded too, far above any real cluster (100k nodes x 40 characters).
 constexpr std::size_t kMaxHosts = 1000000;
+constexpr std::size_t kMaxNameBytes = 32u << 20;
 // Keeps std::stoll far from overflow; no real node number has more digits than this.
 constexpr std::size_t kMaxDigits = 9;
 
@@ -93,21 +96,39 @@ std::vector<std::string> expand_bracket(const std::string& spec, const std::stri
   return values;
 }
 
+std::size_t total_size(const std::vector<std::string>& strings) {
+  std::size_t n = 0;
+  for (const auto& s : strings) n += s.size();
+  return n;
+}
+
 // One top-level entry such as "rack[1-2]-node[01-03]". Walking left to right and extending
 // every partial name by every value of the next group gives the leftmost group outermost.
+// `bytes_so_far`: the length of the names the earlier entries gave; the bounds count both.
 std::vector<std::string> expand_entry(const std::string& spec, const std::string& entry,
-                                      std::size_t hosts_so_far) {
+                                      std::size_t hosts_so_far, std::size_t bytes_so_far) {
   std::vector<std::string> names{""};
-  std::size_t pos = 0;
+  std::size_t pos = 0, bytes = 0;  // bytes: total length of `names`
+  auto check_bytes = [&](std::size_t more) {
+    if (more > kMaxNameBytes || bytes_so_far + bytes + more > kMaxNameBytes)
+      bad_spec(spec, cat("expands to more than ", kMaxNameBytes >> 20, " MiB of host names"));
+    bytes += more;
+  };
   while (pos < entry.size()) {
     const std::size_t open = entry.find('[', pos);
     const std::string literal = entry.substr(pos, open - pos);
+    check_bytes(names.size() * literal.size());
     for (auto& name : names) name += literal;
     if (open == std::string::npos) break;
     const std::size_t close = entry.find(']', open);  // exists: split_top_level checked
     const auto values = expand_bracket(spec, entry.substr(open + 1, close - open - 1));
     if ((names.size() * values.size()) + hosts_so_far > kMaxHosts)
       bad_spec(spec, cat("expands to more than ", kMaxHosts, " hosts"));
+    // Each name is repeated once per value, and each value appended once per name (both
+    // counts are below kMaxHosts, the lengths below the spec's: no overflow).
+    const std::size_t grown = bytes * values.size() + names.size() * total_size(values);
+    bytes = 0;
+    check_bytes(grown);
     std::vector<std::string> extended;
     extended.reserve(names.size() * values.size());
     for (const auto& name : names)
@@ -123,8 +144,12 @@ std::vector<std::string> expand_entry(const std::string& spec, const std::string
 std::vector<std::string> expand_hostlist(const std::string& spec) {
   if (spec.empty()) fail("invalid host list '': the host list is empty");
   std::vector<std::string> hosts;
+  std::size_t bytes = 0;
   for (const auto& entry : split_top_level(spec)) {
-    for (auto& host : expand_entry(spec, entry, hosts.size())) hosts.push_back(std::move(host));
+    for (auto& host : expand_entry(spec, entry, hosts.size(), bytes)) {
+      bytes += host.size();
+      hosts.push_back(std::move(host));
+    }
   }
   return hosts;
 }

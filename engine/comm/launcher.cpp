@@ -14,11 +14,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
 
 #include "engine/comm/free_port.h"
+#include "engine/comm/job_token.h"
 #include "engine/core/error.h"
 #include "engine/core/exit_status.h"
 
@@ -240,6 +242,7 @@ std::string describe_exit(const Rank& r) {
 // outer launcher or the user's shell), plus this rank's.
 std::vector<std::string> rank_environment(const LaunchOptions& opts, int port, int rank) {
   const std::vector<std::pair<std::string, std::string>> vars = {
+      {"ME_JOB_TOKEN", opts.job_token},
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(opts.nproc)},
       {"LOCAL_RANK", std::to_string(rank)},
@@ -472,12 +475,17 @@ class Launcher {
     }
   }
 
-  // Signals every rank's process group, exited ranks included (their leftovers share it).
+  // Signals every rank's process group, exited ranks included (their leftovers share it). A
+  // stopped process (SIGSTOP, a debugger detached badly) only queues the signal: SIGCONT lets
+  // it act on it now instead of at the SIGKILL after the grace period.
   void begin_stop(int sig) { begin_stop(sig, opts_.grace_seconds); }
   void begin_stop(int sig, double grace) {
     stopping_ = true;
     kill_deadline_ = Clock::now() + seconds(grace);
-    for (auto& r : ranks_) ::kill(-r.pid, sig);
+    for (auto& r : ranks_) {
+      ::kill(-r.pid, sig);
+      ::kill(-r.pid, SIGCONT);
+    }
   }
 
   void kill_all(int sig) {
@@ -597,8 +605,13 @@ std::string signal_name(int sig) {
   }
 }
 
-int launch(const LaunchOptions& opts) {
-  validate(opts);
+int launch(const LaunchOptions& given) {
+  validate(given);
+  LaunchOptions opts = given;
+  if (opts.job_token.empty()) {
+    const char* inherited = std::getenv("ME_JOB_TOKEN");
+    opts.job_token = inherited && *inherited ? inherited : random_token();
+  }
   int port = opts.master_port != 0 ? opts.master_port : pick_free_port(opts.master_addr);
   // Our own buffered output must come out before the ranks', which we write with write(2).
   std::cout.flush();

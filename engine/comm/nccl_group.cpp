@@ -141,7 +141,8 @@ class NcclGroup : public ProcessGroup {
     // Windows go before the communicator, their memory after it (every member destroys its
     // groups in the same order, as deregistration needs).
 #if ME_NCCL_WINDOWS
-    for (auto& w : windows_) ncclCommWindowDeregister(comm_, w.window);
+    if (comm_)
+      for (auto& w : windows_) ncclCommWindowDeregister(comm_, w.window);
 #endif
     if (comm_) ncclCommDestroy(comm_);
 #if ME_NCCL_WINDOWS
@@ -169,6 +170,14 @@ class NcclGroup : public ProcessGroup {
   }
 
   std::string backend() const override { return "nccl"; }
+
+  // From the communicator's watchdog (a dead rank) or the monitor (a timeout): the GPU work
+  // queued on this communicator is cancelled and the process can exit.
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
 
  protected:
   WorkPtr do_all_reduce(torch::Tensor& t, ReduceOp op) override {
@@ -275,7 +284,7 @@ class NcclGroup : public ProcessGroup {
     while (!stop_) {
       while (!inflight_.empty() && cudaEventQuery(inflight_.front().event->event) == cudaSuccess) inflight_.pop_front();
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      if (comm_) ncclCommGetAsyncError(comm_, &async);  // null once aborted
       const bool overdue = !inflight_.empty() && std::chrono::steady_clock::now() - inflight_.front().started > timeout_;
       if (overdue || async != ncclSuccess) {
         const auto f = inflight_.empty() ? InFlight{nullptr, collectives_started(), "collective", {}} : inflight_.front();
@@ -285,8 +294,7 @@ class NcclGroup : public ProcessGroup {
         std::string msg = cat(f.op, " on group '", name(), "' (nccl, collective #", f.seq, ") failed: ", why);
         msg += diagnosis(f.seq);
         log::error(msg);
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
+        abort();
         std::fflush(stdout);
         std::fflush(stderr);
         std::_Exit(1);

@@ -81,6 +81,8 @@ int64_t waited_ns() { return t_waited_ns; }
 
 WorkPtr ProcessGroup::run(const char* op, bool async, const std::function<WorkPtr()>& start) {
   const int64_t seq = ++seq_;
+  last_op_.store(op);
+  last_started_.store(std::chrono::steady_clock::now().time_since_epoch().count());
   auto explain = [this, op, seq](const std::string& failure) {
     std::string msg = cat(op, " on group '", name_, "' (", backend(), ", collective #", seq, ") failed: ",
                           first_line(failure));

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -58,7 +59,17 @@ class ProcessGroup {
   int size() const { return static_cast<int>(ranks_.size()); }
   const std::vector<int>& ranks() const { return ranks_; }  // group rank -> global rank
   int64_t collectives_started() const { return seq_.load(); }
+  // The collective this rank started last on this group, for heartbeats: its name (nullptr
+  // before the first) and when it started.
+  const char* last_op() const { return last_op_.load(); }
+  std::chrono::steady_clock::time_point last_started() const {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last_started_.load()));
+  }
   virtual std::string backend() const = 0;
+  // Tears the group's communicator down from any thread, so that collectives blocked in it
+  // end (NCCL: ncclCommAbort). Only before the process exits: the group is unusable after.
+  // Default (Gloo): nothing; the process's exit closes its connections.
+  virtual void abort() {}
   void set_diagnose(Diagnose d) { diagnose_ = std::move(d); }
 
   // Collectives: blocking unless async, in which case the caller waits on the Work. Tensors
@@ -106,6 +117,8 @@ class ProcessGroup {
   std::vector<int> ranks_;
   int rank_ = -1;
   std::atomic<int64_t> seq_{0};
+  std::atomic<const char*> last_op_{nullptr};
+  std::atomic<std::chrono::steady_clock::rep> last_started_{0};
   Diagnose diagnose_;
 };
 

@@ -31,6 +31,14 @@
 #define ME_HAS_FUSED_ADAMW ME_TORCH_AT_LEAST(2, 0)
 // at::rms_norm arrived in 2.4 (a fused CUDA kernel behind it in later releases).
 #define ME_HAS_RMS_NORM ME_TORCH_AT_LEAST(2, 4)
+// c10d::Store, which our rendezvous store derives from (engine/comm/job_store.h). 1.13's has
+// neither of these; 2.11's (torch/csrc/distributed/c10d/Store.hpp, read from the 2.11.0+cu130
+// install) has clone() as a pure virtual, and append / multiGet / multiSet / hasExtendedApi as
+// virtuals with non-atomic defaults built on get and set. Both came during 2.x; 2.5 is taken as
+// the first release with them (the releases in between were not checked: a build against one
+// that lacks them fails at the `override`, which points here).
+#define ME_C10D_STORE_HAS_CLONE ME_TORCH_AT_LEAST(2, 5)
+#define ME_C10D_STORE_HAS_EXTENDED_API ME_TORCH_AT_LEAST(2, 5)
 
 namespace me::compat {
 

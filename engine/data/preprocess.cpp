@@ -11,13 +11,13 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/data/indexed_dataset.h"
+#include "engine/data/jsonl_record.h"
 
 namespace me::data {
 namespace {
@@ -58,25 +58,11 @@ void tokenize_jsonl(const Chunk& c, const PreprocessOptions& o, const Tokenizer&
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
     const char* e = nl ? nl : end;
     if (!is_blank(p, e)) {
-      std::string why;
-      try {
-        const auto j = nlohmann::json::parse(p, e);
-        if (!j.is_object()) {
-          why = cat("a JSON ", j.type_name(), ", expected an object with a '", o.json_key, "' string");
-        } else if (auto it = j.find(o.json_key); it == j.end()) {
-          why = cat("the record has no key '", o.json_key, "' (choose the key with --json-key)");
-        } else if (!it->is_string()) {
-          why = cat("'", o.json_key, "' is a JSON ", it->type_name(), ", expected a string");
-        } else {
-          add_document(it->get_ref<const std::string&>(), o, tok, r);
-        }
-      } catch (const nlohmann::json::parse_error& ex) {
-        // nlohmann's message starts "[json.exception.parse_error.101] parse error at line 1, ...".
-        std::string m = ex.what();
-        if (auto k = m.find("] "); k != std::string::npos) m = m.substr(k + 2);
-        why = "malformed JSON: " + m;
-      }
-      if (!why.empty()) r.bad.emplace_back(line, why);
+      JsonlRecord record = parse_jsonl_record(p, e, o.json_key);
+      if (record.ok)
+        add_document(record.text, o, tok, r);
+      else
+        r.bad.emplace_back(line, std::move(record.why));
     }
     p = e + 1;
   }

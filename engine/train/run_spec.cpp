@@ -36,6 +36,7 @@ void validate_train(const RunSpec& s) {
   ME_CHECK(sp.tokens >= 0 && sp.top_k >= 1 && sp.temperature > 0,
            "sample: tokens must be >= 0, top_k >= 1 and temperature > 0");
   ME_CHECK(s.comm.timeout_s > 0 && s.comm.heartbeat_s > 0, "comm.timeout_s and comm.heartbeat_s must be positive");
+  ME_CHECK(s.comm.dead_after_s >= 0, "comm.dead_after_s must be >= 0 seconds (0: off), got ", s.comm.dead_after_s);
   comm::check_nccl_cta_policy(s.comm.nccl_cta_policy);  // also without a communicator (one process)
   ME_CHECK(t.exit_interval >= 0, "train.exit_interval must be >= 0 (0: never), got ", t.exit_interval);
   ME_CHECK(t.nan_policy == "skip" || t.nan_policy == "stop", "train.nan_policy must be skip or stop, got '",

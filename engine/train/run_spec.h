@@ -109,7 +109,7 @@ struct ParallelSpec {
 
 struct CommSpec {
   std::string backend;
-  double timeout_s{}, heartbeat_s{};
+  double timeout_s{}, heartbeat_s{}, dead_after_s{};
   std::string nccl_cta_policy;  // comm::CommOptions::nccl_cta_policy
 };
 
@@ -222,6 +222,7 @@ void visit_fields(S& c, V&& v) {
   v("backend", c.backend);
   v("timeout_s", c.timeout_s);
   v("heartbeat_s", c.heartbeat_s);
+  v("dead_after_s", c.dead_after_s);
   v("nccl_cta_policy", c.nccl_cta_policy);
 }
 

@@ -124,6 +124,7 @@ void Trainer::connect() {
   o.device = spec_.device;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec_.comm.timeout_s * 1000));
   o.heartbeat_s = spec_.comm.heartbeat_s;
+  o.dead_after_s = spec_.comm.dead_after_s;
   o.nccl_cta_policy = spec_.comm.nccl_cta_policy;
   comm_ = std::make_unique<comm::Communicator>(env, o);
   if (comm_->cuda_device() >= 0)

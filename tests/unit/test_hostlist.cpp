@@ -91,6 +91,16 @@ TEST_CASE("malformed host lists are rejected with the spec quoted", "[hostlist]"
   // Absurd sizes fail fast instead of exhausting memory.
   REQUIRE_THROWS_WITH(expand_hostlist("n[0-99999999]"), Contains("more than"));
   REQUIRE_THROWS_WITH(expand_hostlist("n[1234567890]"), Contains("digits"));
+  // Found by fuzzing (scripts/fuzz.sh hostlist): 95 bytes, ~989k names of 89 characters; it
+  // used to allocate them all (and a 4 KB name would have asked for 4 GB). Now it is refused.
+  const std::string found = "rae" + std::string(81, '\xff') + "8[0-988888]";
+  REQUIRE_THROWS_WITH(expand_hostlist(found), Contains("more than 32 MiB of host names"));
+  REQUIRE_THROWS_WITH(expand_hostlist(std::string(4000, 'x') + "[0-999998]"), Contains("MiB of host names"));
+  REQUIRE_THROWS_WITH(expand_hostlist("a[0-9999]b[0-99]" + std::string(100, 'c')), Contains("MiB of host names"));
+  REQUIRE_THROWS_WITH(expand_hostlist(std::string(3000, 'x') + "[0-9999]," + std::string(3000, 'y') + "[0-9999]"),
+                      Contains("MiB of host names"));
+  // A big but real cluster still expands.
+  REQUIRE(expand_hostlist("gpu-st-p5-[000001-100000]").size() == 100000);
 
   // Every failure is an me::Error, so the CLI can print it cleanly.
   REQUIRE_THROWS_AS(expand_hostlist("a[5-3]"), me::Error);

@@ -317,3 +317,35 @@ TEST_CASE("pick_free_port", "[launcher]") {
   CHECK(me::comm::signal_name(SIGSEGV) == "SIGSEGV");
   CHECK(me::comm::signal_name(77) == "signal 77");
 }
+
+TEST_CASE("every rank gets the same fresh job token, or the inherited one", "[launcher]") {
+  Result a = run(sh(2, "echo \"token $ME_JOB_TOKEN\""));
+  REQUIRE(a.rc == 0);
+  const auto token_of = [](const std::string& out, int rank) {
+    const std::string tag = me::cat("[rank ", rank, "] token ");
+    const auto at = out.find(tag);
+    return at == std::string::npos ? std::string() : out.substr(at + tag.size(), out.find('\n', at) - at - tag.size());
+  };
+  const std::string t0 = token_of(a.out, 0);
+  CHECK(t0.size() == 64);
+  CHECK(token_of(a.out, 1) == t0);
+  Result b = run(sh(1, "echo \"token $ME_JOB_TOKEN\""));
+  CHECK(token_of(b.out, 0).size() == 64);
+  CHECK(token_of(b.out, 0) != t0);  // a new launch, a new token
+  ::setenv("ME_JOB_TOKEN", "inherited-token-0123456789", 1);
+  Result c = run(sh(1, "echo \"token $ME_JOB_TOKEN\""));
+  ::unsetenv("ME_JOB_TOKEN");
+  CHECK(token_of(c.out, 0) == "inherited-token-0123456789");
+}
+
+TEST_CASE("a stopped rank is woken to take its SIGTERM, not left for the grace period", "[launcher]") {
+  TempFile pids;
+  LaunchOptions o = sh(2, "echo $$ >> " + pids.path + "; if [ \"$RANK\" = 1 ]; then kill -STOP $$; exec sleep 60; fi; " +
+                              wait_lines(pids, 2) + "sleep 0.3; exit 3");
+  o.grace_seconds = 15;
+  Result r = run(o);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Contains("megaengine: rank 0 exited with status 3; stopping the other 1 rank\n"));
+  CHECK(r.seconds < 5);  // SIGKILL would come only after 15 s
+  check_all_gone(pids.pids());
+}

@@ -10,6 +10,7 @@
 #include "engine/core/error.h"
 #include "engine/data/gpt2_tokenizer.h"
 #include "engine/data/indexed_dataset.h"
+#include "engine/data/jsonl_record.h"
 #include "engine/data/preprocess.h"
 #include "temp_dir.h"
 #include "test_assets.h"
@@ -139,6 +140,9 @@ TEST_CASE("preprocess: a malformed record names the file and line, and nothing i
       {"[1, 2]", "a JSON array, expected an object"},
       {"{\"body\": \"no text key\"}", "has no key 'text'"},
       {"{\"text\": 42}", "'text' is a JSON number, expected a string"},
+      // Found by fuzzing (scripts/fuzz.sh jsonl_record): a number beyond a double's range threw
+      // nlohmann's out_of_range, which nothing caught: preprocess aborted.
+      {"{\"text\": \"fine\", \"n\": 44444e4242}", "unreadable JSON: number overflow parsing '44444e4242'"},
   };
   for (const auto& bad : cases) {
     const std::string path = dir / "bad.jsonl";
@@ -162,6 +166,17 @@ TEST_CASE("preprocess: a malformed record names the file and line, and nothing i
     CHECK(IndexedDataset(o.output).documents() == 3);
     fs::remove(dir / "out.bin");
     fs::remove(dir / "out.idx");
+  }
+}
+
+TEST_CASE("a jsonl record is a text or a reason, never an exception", "[preprocess]") {
+  auto parse = [](const std::string& line) { return parse_jsonl_record(line.data(), line.data() + line.size(), "text"); };
+  CHECK(parse("{\"text\": \"caf\\u00e9\"}").text == "caf\xc3\xa9");
+  // The fuzzer's finding (tests/fuzz/jsonl_record/overflow): numbers beyond a double's range.
+  for (const std::string line : {"44444e4242", "{\"text\": \"a\", \"n\": 1e999}", "[-1e400]"}) {
+    const auto r = parse(line);
+    CHECK_FALSE(r.ok);
+    CHECK_THAT(r.why, Contains("unreadable JSON: number overflow parsing"));
   }
 }
 
