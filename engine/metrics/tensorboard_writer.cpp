@@ -24,7 +24,7 @@ namespace value {  // message Summary.Value
 constexpr int tag = 1, simple_value = 2, tensor = 8, metadata = 9;
 }
 namespace metadata {  // message SummaryMetadata { PluginData plugin_data = 1; } / PluginData
-constexpr int plugin_data = 1, plugin_name = 1, plugin_content = 2;
+constexpr int plugin_data = 1, plugin_name = 1;
 }
 namespace tensor {  // message TensorProto; DataType DT_STRING = 7 (types.proto)
 constexpr int dtype = 1, tensor_shape = 2, string_val = 8, dt_string = 7;
@@ -33,7 +33,7 @@ constexpr int dtype = 1, tensor_shape = 2, string_val = 8, dt_string = 7;
 std::string event_header(double wall_time, int64_t step) {
   ProtoEncoder e;
   e.fixed64_double(event::wall_time, wall_time > 0 ? wall_time : unix_time_now());
-  e.varint(event::step, step);
+  if (step != 0) e.varint(event::step, step);  // proto3 leaves default values out
   return e.bytes();
 }
 
@@ -64,9 +64,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& log_dir) {
     if (!file_ && errno != EEXIST) break;
   }
   if (!file_) fail("cannot create the TensorBoard event file '", path_, "': ", std::strerror(errno), " (check log.dir)");
-  ProtoEncoder e;
-  e.fixed64_double(event::wall_time, now).varint(event::step, 0).bytes(event::file_version, "brain.Event:2");
-  write_event(e.bytes());
+  write_event(event_header(now, 0) + ProtoEncoder().bytes(event::file_version, "brain.Event:2").bytes());
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
@@ -89,16 +87,16 @@ void TensorBoardWriter::write_scalars(const MetricsRecord& record) {
 }
 
 void TensorBoardWriter::write_text(const std::string& tag, const std::string& markdown, int64_t step, double wall_time) {
-  // The text plugin's content is a TextPluginData{version = 0}: an empty message.
+  // The text plugin's content is a TextPluginData{version = 0}: an empty message, so no field.
   ProtoEncoder plugin;
-  plugin.bytes(metadata::plugin_name, "text").bytes(metadata::plugin_content, "");
+  plugin.bytes(metadata::plugin_name, "text");
   ProtoEncoder meta;
   meta.bytes(metadata::plugin_data, plugin.bytes());
   // A scalar string tensor: a shape with no dimensions, present (as TensorFlow writes it).
   ProtoEncoder t;
   t.varint(tensor::dtype, tensor::dt_string).bytes(tensor::tensor_shape, "").bytes(tensor::string_val, markdown);
   ProtoEncoder val;
-  val.bytes(value::tag, tag).bytes(value::metadata, meta.bytes()).bytes(value::tensor, t.bytes());
+  val.bytes(value::tag, tag).bytes(value::tensor, t.bytes()).bytes(value::metadata, meta.bytes());  // field order
   ProtoEncoder sum;
   sum.bytes(summary::value, val.bytes());
   write_event(event_header(wall_time, step) + ProtoEncoder().bytes(event::summary, sum.bytes()).bytes());
