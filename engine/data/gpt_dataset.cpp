@@ -342,6 +342,23 @@ std::vector<int64_t> GPTDataset::sample(size_t i) const {
   return out;
 }
 
+TokenOrigin GPTDataset::origin(size_t i, size_t position) const {
+  ME_CHECK(i < num_samples_ && position <= seq_length_, "GPT sample ", i, " token ", position, " out of range");
+  const size_t k = static_cast<size_t>(shuffle_[i]);
+  const auto [b, bo] = sample_index(k);
+  const auto [e, eo] = sample_index(k + 1);
+  size_t before = 0;  // tokens of the sample in the pieces already passed; the walk of sample()
+  for (int64_t pos = b; pos <= e; ++pos) {
+    const auto id = static_cast<size_t>(doc_[pos]);
+    const auto from = static_cast<size_t>(pos == b ? bo : 0);
+    const auto to = pos == e ? static_cast<size_t>(eo + 1) : static_cast<size_t>(data_->length(id));
+    if (position < before + (to - from)) return {data_->bin_path(), data_->document_of(id), id, from + position - before};
+    before += to - from;
+  }
+  fail("GPT sample ", i, " of '", data_->prefix(), "' has no token ", position, "; the index cache '", cache_path_,
+       "' does not match the data");
+}
+
 // ---- Blending ----
 
 std::vector<double> normalize_weights(const std::vector<double>& weights) {

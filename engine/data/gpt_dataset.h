@@ -31,6 +31,14 @@ std::array<std::pair<size_t, size_t>, 3> split_documents(const std::string& spli
 // 64-bit FNV-1a, stable across builds and platforms (std::hash is not).
 uint64_t fnv1a64(const std::string& s);
 
+// Where one token of a sample comes from: for error messages that point into the data.
+struct TokenOrigin {
+  std::string bin_path;  // the indexed dataset's .bin
+  size_t document = 0;   // document of the .idx (its document index)
+  size_t sequence = 0;   // sequence of the .idx (one per document in the usual preprocessing)
+  size_t offset = 0;     // token position within that sequence
+};
+
 struct GPTDatasetConfig {
   size_t seq_length = 0;   // tokens per sample are seq_length + 1 (inputs and labels overlap)
   size_t num_samples = 0;  // at least this many samples; 0 = exactly one epoch's worth
@@ -74,6 +82,8 @@ class GPTDataset {
   size_t size() const { return num_samples_; }
   // The seq_length + 1 tokens of sample i (after shuffling), widened to int64.
   std::vector<int64_t> sample(size_t i) const;
+  // Where token `position` (< seq_length + 1) of sample(i) is stored.
+  TokenOrigin origin(size_t i, size_t position) const;
 
   // The arrays, for tests and tools.
   size_t document_index_size() const { return num_docs_; }
@@ -142,6 +152,7 @@ class BlendedDataset {
 
   size_t size() const { return index_.dataset_index.size(); }
   std::vector<int64_t> sample(size_t i) const;
+  TokenOrigin origin(size_t i, size_t position) const { return datasets_[source(i).first]->origin(source(i).second, position); }
   // {dataset, sample within it} that position i delegates to.
   std::pair<size_t, size_t> source(size_t i) const;
   const std::vector<double>& weights() const { return weights_; }  // normalised once

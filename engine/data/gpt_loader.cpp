@@ -68,7 +68,26 @@ std::vector<int64_t> BatchLoader::indices(int64_t consumed) const {
   return idx;
 }
 
-TokenBatch make_token_batch(const GPTSamples& samples, const std::vector<int64_t>& idx, bool pin_memory, int64_t eod) {
+namespace {
+
+// One pass over the sample (tokens are in cache from the copy); the origin is looked up only
+// when there is something to report.
+void check_vocab(const GPTSamples& samples, int64_t index, const std::vector<int64_t>& s, int64_t vocab_limit) {
+  for (size_t p = 0; p < s.size(); ++p) {
+    if (static_cast<uint64_t>(s[p]) < static_cast<uint64_t>(vocab_limit)) continue;
+    const auto o = samples.origin(static_cast<size_t>(index), p);
+    fail("data: token id ", s[p], " in '", o.bin_path, "' (document ", o.document, ", sequence ", o.sequence,
+         ", token ", o.offset, "; sample ", index, ") is outside the model's vocabulary of ", vocab_limit,
+         " ids (model.vocab). The data was tokenized with another tokenizer than the model's: preprocess it again ",
+         "with the model's tokenizer (megaengine preprocess), or, if the model is meant for that tokenizer, set ",
+         "model.vocab to its vocabulary size", s[p] >= vocab_limit ? cat(" (at least ", s[p] + 1, ")") : "");
+  }
+}
+
+}  // namespace
+
+TokenBatch make_token_batch(const GPTSamples& samples, const std::vector<int64_t>& idx, bool pin_memory, int64_t eod,
+                            int64_t vocab_limit) {
   ME_CHECK(!idx.empty(), "make_token_batch: no samples asked for");
   for (int64_t i : idx)
     ME_CHECK(i >= 0 && static_cast<size_t>(i) < samples.size(), "data: sample ", i, " asked for, but the split has ",
@@ -81,6 +100,7 @@ TokenBatch make_token_batch(const GPTSamples& samples, const std::vector<int64_t
   auto* l = labels.data_ptr<int64_t>();
   for (int64_t r = 0; r < rows; ++r) {
     auto s = r == 0 ? std::move(first) : samples.sample(static_cast<size_t>(idx[static_cast<size_t>(r)]));
+    if (vocab_limit > 0) check_vocab(samples, idx[static_cast<size_t>(r)], s, vocab_limit);
     std::copy(s.begin(), s.end() - 1, t + r * seq);
     std::copy(s.begin() + 1, s.end(), l + r * seq);
   }
@@ -96,7 +116,7 @@ TokenBatch BatchLoader::make(int64_t consumed) const {
   ME_CHECK(static_cast<size_t>(last) < samples_->size(), "data: the batch at consumed_samples = ", consumed,
            " needs sample ", last, " but the training split has ", samples_->size(),
            " samples (built for the run's train.iters x batch.global)");
-  auto b = make_token_batch(*samples_, indices(consumed), o_.pin_memory, o_.eod_mask_loss ? o_.eod : -1);
+  auto b = make_token_batch(*samples_, indices(consumed), o_.pin_memory, o_.eod_mask_loss ? o_.eod : -1, o_.vocab_limit);
   b.first_sample = consumed;
   return b;
 }

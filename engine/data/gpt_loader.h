@@ -31,6 +31,7 @@ class GPTSamples {
   explicit GPTSamples(std::shared_ptr<const BlendedDataset> blend) : blend_(std::move(blend)) {}
   size_t size() const { return one_ ? one_->size() : blend_->size(); }
   std::vector<int64_t> sample(size_t i) const { return one_ ? one_->sample(i) : blend_->sample(i); }
+  TokenOrigin origin(size_t i, size_t position) const { return one_ ? one_->origin(i, position) : blend_->origin(i, position); }
 
  private:
   std::shared_ptr<const GPTDataset> one_;
@@ -65,6 +66,10 @@ struct LoaderOptions {
   bool eod_mask_loss = false;
   bool pin_memory = false;  // page-locked batches, so copies to the GPU can be asynchronous
   int prefetch = 2;         // batches prepared ahead
+  // The model's vocabulary: every token must be in [0, vocab_limit), checked on the host as each
+  // batch is cut (on the GPU an id past the embedding is a device-side assert that kills the
+  // process without a word). 0: not checked.
+  int64_t vocab_limit = 0;
 };
 
 struct TokenBatch {
@@ -74,8 +79,10 @@ struct TokenBatch {
 };
 
 // The samples at `indices` as one batch (eod >= 0: labels masked where the input is eod).
+// vocab_limit > 0: me::Error if a token (input or label) is outside [0, vocab_limit), naming
+// the .bin file, the document, the id and the vocabulary size, and what to do about it.
 TokenBatch make_token_batch(const GPTSamples& samples, const std::vector<int64_t>& indices, bool pin_memory,
-                            int64_t eod);
+                            int64_t eod, int64_t vocab_limit = 0);
 
 class BatchLoader {
  public:

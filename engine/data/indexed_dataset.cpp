@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -351,6 +352,13 @@ const uint8_t* IndexedDataset::sequence(size_t i, size_t* length) const {
          " bytes) at byte ", at);
   *length = static_cast<size_t>(n);
   return bin_.data() + at;
+}
+
+size_t IndexedDataset::document_of(size_t i) const {
+  ME_CHECK(i < size_, "sequence ", i, " is out of range: '", bin_path_, "' holds ", size_, " sequences");
+  // The last document start <= i (empty documents share their start with the next one).
+  const auto it = std::upper_bound(document_index_.begin(), document_index_.end(), static_cast<int64_t>(i));
+  return static_cast<size_t>(it - document_index_.begin()) - 1;
 }
 
 const void* IndexedDataset::data(size_t i, size_t offset) const {

@@ -102,6 +102,9 @@ class IndexedDataset {
   // mapping at open because it is validated entry by entry anyway.
   const std::vector<int64_t>& document_index() const { return document_index_; }
   size_t documents() const { return document_index_.size() - 1; }
+  // The document that sequence i belongs to (an index into documents()).
+  size_t document_of(size_t i) const;
+  const std::string& bin_path() const { return bin_path_; }
 
   // The first token of sequence i plus `offset` tokens, in the file's dtype; valid while the
   // dataset lives. offset == length(i) is allowed (an empty tail).

@@ -76,7 +76,7 @@ void preprocess_source(const DataSpec& d, const data::Tokenizer* tokenizer) {
 }  // namespace
 
 TrainData::TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout layout)
-    : kind_(spec.data.kind), layout_(layout), rng_(spec.seed), seed_(spec.seed) {
+    : kind_(spec.data.kind), layout_(layout), rng_(spec.seed), seed_(spec.seed), vocab_limit_(spec.model.vocab) {
   const auto& d = spec.data;
   const int64_t seq = spec.model.seq;
   if (kind_ == "text") {
@@ -114,6 +114,7 @@ TrainData::TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout l
   o.accumulation = layout_.accumulation;
   o.consumed_samples = layout_.consumed_samples;
   o.pin_memory = layout_.pin_memory;
+  o.vocab_limit = vocab_limit_;
   set_eod_mask(d, tokenizer_.get(), o);
   loader_ = std::make_unique<data::BatchLoader>(splits[0], o);
   description_ = cat(d.blend.size() == 1 ? d.blend[0].second : cat("a blend of ", d.blend.size(), " datasets"),
@@ -149,7 +150,7 @@ data::TokenBatch TrainData::valid_batch(int64_t i) {
   ME_CHECK(valid_, "no validation split was built (train.eval_iters = 0)");
   std::vector<int64_t> idx;
   for (int64_t j = 0; j < layout_.micro; ++j) idx.push_back(i * layout_.micro + j);
-  return data::make_token_batch(*valid_, idx, false, -1);
+  return data::make_token_batch(*valid_, idx, false, -1, vocab_limit_);
 }
 
 int64_t TrainData::consumed_samples() const { return loader_ ? loader_->consumed_samples() : text_consumed_; }

@@ -37,6 +37,9 @@ class TrainData {
  public:
   // Rank 0 preprocesses data.source if asked and builds the index caches; the other ranks
   // wait for it on the world group of `comm` (nullptr: a single process) and then load them.
+  // Every batch of .bin/.idx data is checked on the host against spec.model.vocab as it is cut:
+  // a token id outside it is a me::Error naming the .bin file, the document, the id and the
+  // vocabulary (data::LoaderOptions::vocab_limit).
   TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout layout);
   ~TrainData();
 
@@ -57,6 +60,7 @@ class TrainData {
   DataLayout layout_;
   std::mt19937_64 rng_;  // text: the shared seed every rank draws whole global batches from
   uint64_t seed_;
+  int64_t vocab_limit_;  // the model's vocabulary: token ids of the batches must be below it
   std::unique_ptr<data::ByteTextDataset> text_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::BatchLoader> loader_;

@@ -436,3 +436,41 @@ TEST_CASE("BlendedDataset delegates to its datasets", "[gpt_dataset]") {
   auto tiny = std::make_shared<const GPTDataset>(GPTDataset::build_or_load(da, Range{0, 2}, config(16, 1, 3), true));
   CHECK_THROWS_WITH(BlendedDataset({tiny, gb}, w, n), Contains("blend_samples_needed"));
 }
+
+TEST_CASE("origin names the sequence, document and offset of every token of every sample", "[gpt_dataset]") {
+  TempDir dir;
+  // Documents of several sequences (and one empty document), so documents and sequences differ.
+  IndexedDatasetWriter w(dir / "multi", DType::int32);
+  const std::vector<size_t> lens = lengths(50, 3);
+  for (size_t s = 0; s < lens.size(); ++s) {
+    std::vector<int64_t> t(lens[s]);
+    for (size_t j = 0; j < lens[s]; ++j) t[j] = static_cast<int64_t>(s * 1000 + j);
+    w.add_sequence(t);
+    if (s % 3 == 2) w.end_document();
+    if (s == 20) w.end_document();  // an empty document after sequence 20's
+  }
+  w.finalize();
+  auto data = std::make_shared<const IndexedDataset>(dir / "multi");
+  REQUIRE(data->documents() == 50 / 3 + 2);
+  CHECK(data->document_of(0) == 0);
+  CHECK(data->document_of(2) == 0);
+  CHECK(data->document_of(3) == 1);
+  CHECK(data->document_of(21) == 8);  // document 7 is the empty one
+  CHECK(data->document_of(49) == 17);
+  CHECK_THROWS_WITH(data->document_of(50), Contains("out of range"));
+  CHECK(data->bin_path() == dir / "multi.bin");
+
+  const GPTDataset ds = GPTDataset::build_or_load(data, {0, 50}, config(37, 300, 9), true);
+  REQUIRE(ds.epochs() > 1);
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const auto s = ds.sample(i);
+    for (size_t p = 0; p < s.size(); ++p) {
+      const TokenOrigin o = ds.origin(i, p);
+      // tokens are sequence * 1000 + offset: the value itself says where it was read
+      REQUIRE(static_cast<int64_t>(o.sequence * 1000 + o.offset) == s[p]);
+      REQUIRE(o.document == data->document_of(o.sequence));
+      REQUIRE(o.bin_path == dir / "multi.bin");
+    }
+  }
+  CHECK_THROWS_WITH(ds.origin(0, 38), Contains("out of range"));
+}

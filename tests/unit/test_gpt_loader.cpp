@@ -130,6 +130,48 @@ TEST_CASE("loader: eod positions are masked out of the loss when asked", "[loade
   CHECK(masked.labels.eq(-100).sum().item<int64_t>() >= 1);
 }
 
+TEST_CASE("loader: a token id outside the model's vocabulary names the file, document and id", "[loader]") {
+  TempDir dir;
+  // Three documents of ids below 100, one id 5000 in the middle one.
+  IndexedDatasetWriter w(dir / "oov", DType::uint16);
+  for (int d = 0; d < 3; ++d) {
+    std::vector<int64_t> t(40);
+    for (size_t j = 0; j < t.size(); ++j) t[j] = static_cast<int64_t>((d * 40 + j) % 100);
+    if (d == 1) t[17] = 5000;
+    w.add_sequence(t);
+    w.end_document();
+  }
+  w.finalize();
+  auto c = config({{1.0, dir / "oov"}});
+  c.split = "100,0,0";
+  const auto splits = build_gpt_splits(c, {7, 0, 0}, true);  // one epoch: all 7 samples of 16 + 1 tokens
+  REQUIRE(splits[0]->size() == 7);
+  LoaderOptions o;
+  o.micro = 7;
+  o.vocab_limit = 5000;
+  const std::string want = "token id 5000 in '" + dir / "oov.bin" + "' (document 1, sequence 1, token 17; sample ";
+  BatchLoader loader(splits[0], o);
+  REQUIRE_THROWS_WITH(loader.next(), Contains(want) && Contains("vocabulary of 5000 ids (model.vocab)") &&
+                                         Contains("preprocess it again") && Contains("at least 5001"));
+  // the same check on the batches cut directly (validation), and none without a limit
+  std::vector<int64_t> all(7);
+  for (int64_t i = 0; i < 7; ++i) all[static_cast<size_t>(i)] = i;
+  REQUIRE_THROWS_WITH(make_token_batch(*splits[0], all, false, -1, 5000), Contains(want));
+  CHECK(make_token_batch(*splits[0], all, false, -1, 5001).tokens.max().item<int64_t>() == 5000);
+  CHECK(make_token_batch(*splits[0], all, false, -1).tokens.numel() == 7 * 16);
+  // the batches before the one holding it are served
+  o.micro = 1;
+  o.prefetch = 0;
+  BatchLoader one_by_one(splits[0], o);
+  int served = 0;
+  try {
+    for (; served < 7; ++served) one_by_one.next();
+  } catch (const me::Error& e) {
+    CHECK_THAT(e.what(), Contains(want));
+  }
+  CHECK(served < 7);
+}
+
 TEST_CASE("loader: blended splits draw from each dataset by weight; bad splits are named", "[loader]") {
   TempDir dir;
   const auto a = write_dataset(dir, "a", 0), b = write_dataset(dir, "b", 1000000);

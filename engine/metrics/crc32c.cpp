@@ -1,0 +1,31 @@
+#include "engine/metrics/crc32c.h"
+
+#include <array>
+
+namespace me::metrics {
+namespace {
+
+// One table of 256 entries: a byte at a time is plenty for metrics (kilobytes per interval).
+std::array<uint32_t, 256> make_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = make_table();
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+}  // namespace me::metrics
