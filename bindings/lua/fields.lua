@@ -192,6 +192,7 @@ section("checkpoint", {
 }, "recipe.checkpoint: sharded, atomic, resumable saves; Megatron's --save/--load/--save-interval")
 section("log", {
   { "level", "info", "trace | debug | info | warn | error | off (ME_LOG_LEVEL wins)" },
+  { "dir", "", "rank 0 writes DIR/tensorboard/events.out.tfevents.* and DIR/metrics.jsonl; \"\": none" },
 }, "recipe.log")
 
 -- { name = default } of a section.

@@ -1,26 +1,23 @@
 #include "engine/metrics/file_util.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/core/files.h"
 
 namespace me::metrics::detail {
 
 void make_dirs(const std::string& dir, const char* what) {
   ME_CHECK(!dir.empty(), what, ": empty directory name");
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string part = dir.substr(0, pos);
-    if (::mkdir(part.c_str(), 0777) == 0 || errno == EEXIST) continue;
-    fail(what, ": cannot create directory '", part, "': ", std::strerror(errno));
+  try {
+    files::make_directories(dir);
+  } catch (const Error& e) {
+    fail(what, ": ", e.what());
   }
-  struct stat st {};
-  ME_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), what, ": '", dir, "' exists but is not a directory");
 }
 
 std::FILE* open_new(const std::string& path) {

@@ -6,7 +6,7 @@
 
 namespace me::metrics::detail {
 
-// mkdir -p; me::Error naming the directory that could not be made and why.
+// mkdir -p (files::make_directories); me::Error naming `what` (the recipe field), the directory and why.
 void make_dirs(const std::string& dir, const char* what);
 
 // Opens `path` for writing; exclusive: fails if it exists (returns nullptr, errno EEXIST).

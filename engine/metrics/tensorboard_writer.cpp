@@ -47,8 +47,8 @@ std::string little_endian(uint64_t v, int width) {
 
 std::string tf_record(const std::string& data) {
   const std::string length = little_endian(data.size(), 8);
-  return length + little_endian(mask_crc(crc32c(length.data(), length.size())), 4) + data +
-         little_endian(mask_crc(crc32c(data.data(), data.size())), 4);
+  return length + little_endian(mask_crc(me::crc32c(0, length.data(), length.size())), 4) + data +
+         little_endian(mask_crc(me::crc32c(0, data.data(), data.size())), 4);
 }
 
 TensorBoardWriter::TensorBoardWriter(const std::string& log_dir) {

@@ -152,6 +152,7 @@ struct SampleSpec {
 
 struct LogSpec {
   std::string level;  // the log level; the bindings apply it (ME_LOG_LEVEL wins)
+  std::string dir;    // "": no metrics files; else TensorBoard events + metrics.jsonl (train::RunMetrics)
 };
 
 // Hooks a recipe may give; each may throw me::Error to stop the run.
@@ -265,6 +266,7 @@ void visit_fields(S& s, V&& v) {
 template <class S, class V, if_section<S, LogSpec> = 0>
 void visit_fields(S& l, V&& v) {
   v("level", l.level);
+  v("dir", l.dir);
 }
 
 template <class S, class V, if_section<S, ScheduleSpec> = 0>

@@ -12,7 +12,9 @@
 #include "engine/core/stop_signals.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/checkpoint/metadata.h"
 #include "engine/train/memory_report.h"
+#include "engine/train/run_metrics.h"
 #include "engine/train/step_profiler.h"
 
 namespace me::train {
@@ -474,6 +476,11 @@ LogRecord Trainer::close_window(LogWindow& window, const StepResult& r, Summary&
 Summary Trainer::run() {
   const auto& t = spec_.train;
   if (is_logging_rank()) log_start();
+  std::unique_ptr<RunMetrics> metrics;  // log.dir: TensorBoard and metrics.jsonl, rank 0
+  if (is_logging_rank() && !spec_.log.dir.empty()) {
+    metrics = std::make_unique<RunMetrics>(spec_.log.dir, checkpoint::recipe_to_json(spec_));
+    log::info("metrics: ", metrics->event_file(), " and ", spec_.log.dir, "/metrics.jsonl");
+  }
   StopSignals signals;  // SIGTERM / SIGUSR1: save and stop at the next step boundary
   Summary s;
   LogWindow window;
@@ -497,6 +504,7 @@ Summary Trainer::run() {
     if (iteration_ % t.log_interval == 0 || iteration_ == plan_.iters || stopping) {
       const auto rec = close_window(window, r, s);
       if (is_logging_rank()) log_line(rec);
+      if (metrics) metrics->write(rec, static_cast<double>(compat::cuda_memory().peak));
       if (spec_.hooks.on_log) spec_.hooks.on_log(rec);
     }
     if (const int status = after_step(s); status >= 0) {
