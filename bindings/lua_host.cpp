@@ -59,6 +59,7 @@ int open_megaengine(lua_State* L) {
   open_comm(L, core);
   open_data(L, core);
   open_parallel(L, core);
+  open_hf(L, core);
   load_embedded(L, "megaengine");
   lua_pushvalue(L, core);
   lua_call(L, 1, 1);
