@@ -33,7 +33,6 @@ local function recipe(model, extra)
     optimizer = me.optim.adamw { lr = 3e-3 },
     schedule = me.schedule.constant { warmup_iters = 1 },
     train = { iters = 6, log_interval = 2, eval_iters = 0 },
-    parallel = { grad_accumulation_fusion = false },  -- gradients in .grad, for the import mode's norm
   }
   for k, v in pairs(extra or {}) do r[k] = v end
   return me.recipe(r)
@@ -58,10 +57,15 @@ elseif mode == "import" then
   local model = me.model.llama { vocab = 32000, seq = 128, layers = 4, hidden = 512, heads = 8, query_groups = 2,
                                  ffn_hidden = 1408, norm_eps = 1e-5, rope_base = 10000.0 }
   local trainer = me.trainer(recipe(model, { checkpoint = { load = "hf:" .. assert(os.getenv("ME_HFC_HF")) } }))
-  local m = trainer:model()
+  local loaded = trainer:model()
   local s = tokens:size(2)
   local input, labels = tokens:narrow(2, 1, s - 1), tokens:narrow(2, 2, s - 1)
-  out.logits = m:full_logits(input)
+  out.logits = loaded:full_logits(input):narrow(3, 1, 32000)  -- the padded rows are no tokens
+  -- The training step's forward and backward on a plain model holding the loaded weights: the
+  -- trainer's own model reports its gradients to the step's gradient buffer instead of .grad.
+  local m = model:build(0):to(device)
+  local from = loaded:parameters()
+  for name, p in pairs(m:parameters()) do p:copy_(assert(from[name], "the loaded model has no " .. name)) end
   local loss = m:loss(input, labels)
   loss:backward()
   local sq = 0

@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 
 #include "engine/checkpoint/checkpoint_dir.h"
@@ -72,19 +73,28 @@ std::string import_hf_for_run(const std::string& hf_dir, const model::Transforme
     return import_hf(hf_dir, expected, tmp);
   }
   const CheckpointDir target(files::join(checkpoint_dir, "hf_import-" + source_hash(hf_dir)));
+  // Rank 0 reaches the barrier even when its conversion fails (a missing tensor, a damaged
+  // file), so that the others stop with an error instead of waiting for it.
+  std::exception_ptr failed;
   if (rank == 0) {
-    if (files::exists(target.path()) && target.latest()) {
-      log::info(what, ": reusing its conversion ", target.path());
-    } else {
-      files::remove_tree(target.path());  // an interrupted conversion
-      log::info(what, ": converting into ", target.path());
-      import_hf(hf_dir, expected, target.path());
+    try {
+      if (files::exists(target.path()) && target.latest()) {
+        log::info(what, ": reusing its conversion ", target.path());
+      } else {
+        files::remove_tree(target.path());  // an interrupted conversion
+        log::info(what, ": converting into ", target.path());
+        import_hf(hf_dir, expected, target.path());
+      }
+    } catch (...) {
+      failed = std::current_exception();
     }
   }
   if (barrier && world > 1) barrier();
+  if (failed) std::rethrow_exception(failed);
   const auto latest = target.latest();
   ME_CHECK(latest, what, ": rank ", rank, " finds no conversion in ", target.path(),
-           " (is checkpoint.dir on a file system every rank shares?)");
+           ": rank 0 failed to convert the weights (its error says why), or checkpoint.dir is not on a file ",
+           "system every rank shares");
   return target.iteration_path(*latest);
 }
 
