@@ -5,6 +5,7 @@
 # written), the files checked by an independent reader (tests/cli/hf_headers.py: names, dtypes,
 # shapes, offsets against config.json), imported (`megaengine import`), and the model loaded at
 # tp=1 from the original checkpoint, from the import and straight from "hf:DIR": identical logits.
+# The GPT trains on GPT-2 tokens: its export must hold the tokenizer's files and the real vocabulary.
 # Usage: hf_roundtrip.sh MEGAENGINE [gpt|llama|all] [fp32|bf16]
 set -euo pipefail
 bin=$1
@@ -26,14 +27,35 @@ step() {  # name log command...: runs it, shows the log's tail when it fails
   fi
 }
 
+check_gpt2_tokenizer() {  # export dir: GPT-2's files as they were, its end-of-text id, the real vocabulary
+  local assets=${ME_ASSET_DIR:?set ME_ASSET_DIR}
+  cmp -s "$1/vocab.json" "$assets/gpt2-encoder.json" && cmp -s "$1/merges.txt" "$assets/gpt2-vocab.bpe" ||
+    { echo "FAILED: the export's vocab.json / merges.txt are not the recipe's GPT-2 files"; exit 1; }
+  "$python" - "$1" <<'PY' || exit 1
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))
+g = json.load(open(sys.argv[1] + "/generation_config.json"))
+t = json.load(open(sys.argv[1] + "/tokenizer_config.json"))
+want = {"vocab_size": 50257, "eos_token_id": 50256, "bos_token_id": 50256}
+bad = {k: c.get(k) for k, v in want.items() if c.get(k) != v}
+if bad or g.get("eos_token_id") != 50256 or t.get("tokenizer_class") != "GPT2Tokenizer":
+    sys.exit(f"FAILED: config.json {bad}, generation_config.json {g}, tokenizer_config.json {t}")
+PY
+  echo "  tokenizer: vocab.json and merges.txt as the recipe's, vocab_size 50257, eos 50256"
+}
+
 roundtrip() {  # model
   local model=$1 dir=$tmp/$1
   mkdir -p "$dir"
+  # GPT on GPT-2 tokens (vocabulary 50257 padded to 50304: the export must drop the padding and
+  # carry the tokenizer's files); LLaMA on bytes.
+  if [ "$model" = gpt ]; then export ME_GPT_PREFIX=$dir/moby_text_document; else unset ME_GPT_PREFIX; fi
   step "train $model at tp=2 x pp=2" "$dir/train.log" env ME_EQUIV_MODEL="$model" "$bin" --nproc 4 \
     "$here/lua/train_parallel.lua" parallel.tp=2 parallel.pp=2 precision="$precision" train.iters=4 \
     schedule.warmup_iters=1 checkpoint.dir="$dir/ckpt"
   step "export $model" "$dir/export.log" "$bin" export "$dir/ckpt" --format hf --out "$dir/hf" --max-shard-size 100KB
   grep -q "exported .* as a transformers" "$dir/export.log" || { cat "$dir/export.log"; exit 1; }
+  if [ "$model" = gpt ]; then check_gpt2_tokenizer "$dir/hf"; fi
   step "headers of $model" "$dir/headers.log" "$python" "$here/cli/hf_headers.py" "$dir/hf"
   step "import $model" "$dir/import.log" "$bin" import "$dir/hf" --out "$dir/imported"
   step "logits of $model" "$dir/logits.log" env ME_EQUIV_MODEL="$model" \

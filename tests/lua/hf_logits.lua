@@ -19,7 +19,9 @@ for i, path in ipairs(loads) do
   me.apply_overrides(recipe, overrides)
   recipe.checkpoint.load = path
   local trainer = me.trainer(recipe)
-  local logits = trainer:model():full_logits(tokens):to("float32")
+  -- The real vocabulary's columns: the padding's rows are not exported, an import keeps the
+  -- model's own initial values there.
+  local logits = trainer:model():full_logits(tokens):narrow(3, 1, recipe.model.vocab):to("float32")
   if i == 1 then
     first = logits
   else
