@@ -44,6 +44,29 @@ PY
   echo "  tokenizer: vocab.json and merges.txt as the recipe's, vocab_size 50257, eos 50256"
 }
 
+# Training from "hf:DIR" sharded to tp=2 x pp=2 with the distributed optimizer (converted once
+# into checkpoint.dir) follows the single-process run from it: the same losses and gradient norms.
+train_from_hf() {  # dir
+  local dir=$1 common=(train.iters=3 schedule.warmup_iters=1 precision="$precision" checkpoint.load="hf:$1/hf")
+  step "train from hf: at tp=1" "$dir/from_hf_1.log" env ME_EQUIV_MODEL=llama ME_LOSS_FILE="$dir/loss_1" \
+    "$bin" "$here/lua/train_parallel.lua" "${common[@]}"
+  step "train from hf: at tp=2 x pp=2" "$dir/from_hf_4.log" env ME_EQUIV_MODEL=llama ME_LOSS_FILE="$dir/loss_4" \
+    "$bin" --nproc 4 "$here/lua/train_parallel.lua" "${common[@]}" parallel.tp=2 parallel.pp=2 \
+    parallel.distributed_optimizer=true checkpoint.dir="$dir/run_from_hf" checkpoint.save_on_exit=false
+  grep -q "resumed from $dir/run_from_hf/hf_import-.*iter_0000000 (saved at tp 1 x pp 1" "$dir/from_hf_4.log" ||
+    { echo "FAILED: the 4-rank run did not start from its conversion in checkpoint.dir"; tail -20 "$dir/from_hf_4.log"; exit 1; }
+  grep -q "resumed from .*/megaengine-hf-.*/iter_0000000" "$dir/from_hf_1.log" ||
+    { echo "FAILED: the 1-rank run did not start from a temporary conversion"; tail -20 "$dir/from_hf_1.log"; exit 1; }
+  local worst
+  worst=$(paste "$dir/loss_1" "$dir/loss_4" | awk '
+    function rel(a, b) { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; return d / (m > 1e-12 ? m : 1e-12) }
+    { n++; x = rel($3, $1); if (x > w) w = x; y = rel($4, $2); if (y > w) w = y }
+    END { if (n != 3) { print "steps=" n; exit } printf "%.2e", w }')
+  awk -v w="$worst" 'BEGIN { exit !(w ~ /^[0-9.e+-]+$/ && w < 1e-5) }' ||
+    { echo "FAILED: training from hf: at tp=2 x pp=2 differs from tp=1: $worst"; exit 1; }
+  echo "  from hf: at tp=2 x pp=2 (distributed optimizer) vs tp=1: 3 steps, worst relative difference $worst"
+}
+
 roundtrip() {  # model
   local model=$1 dir=$tmp/$1
   mkdir -p "$dir"
@@ -61,6 +84,7 @@ roundtrip() {  # model
   step "logits of $model" "$dir/logits.log" env ME_EQUIV_MODEL="$model" \
     ME_HF_LOADS="$dir/ckpt;$dir/imported;hf:$dir/hf" ME_HF_OVERRIDES="precision=$precision" \
     "$bin" "$here/lua/hf_logits.lua"
+  if [ "$model" = llama ]; then train_from_hf "$dir"; fi
   echo "$model ($precision): $(head -1 "$dir/export.log")"
   echo "  $(cat "$dir/headers.log")"
   grep "hf_logits" "$dir/logits.log" | sed 's/^/  /'
