@@ -38,7 +38,7 @@ VOCAB_SMALL, SEQ_SMALL = 256, 64
 SEQ_IMPORT = 128  # megaengine's model.seq there; the batch holds one more token (the last label)
 LLAMA = dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
-             rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+             rms_norm_eps=1e-5, tie_word_embeddings=False)  # rope_theta: LlamaConfig's default, 10000
 
 
 def write_ids(path, ids):
@@ -76,7 +76,9 @@ def make_llama(out):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.normal_(1.0, 0.2)
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(out)  # safetensors: the default since transformers 4.35
+    if not any(os.path.exists(os.path.join(out, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
+        raise SystemExit(f"hf_check: save_pretrained wrote no safetensors into {out}: {sorted(os.listdir(out))}")
     print(f"hf_check: saved a random LlamaForCausalLM ({sum(p.numel() for p in model.parameters())} parameters) to {out}")
 
 
