@@ -62,9 +62,11 @@ train_from_hf() {  # dir
     function rel(a, b) { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; return d / (m > 1e-12 ? m : 1e-12) }
     { n++; x = rel($3, $1); if (x > w) w = x; y = rel($4, $2); if (y > w) w = y }
     END { if (n != 3) { print "steps=" n; exit } printf "%.2e", w }')
-  awk -v w="$worst" 'BEGIN { exit !(w ~ /^[0-9.e+-]+$/ && w < 1e-5) }' ||
-    { echo "FAILED: training from hf: at tp=2 x pp=2 differs from tp=1: $worst"; exit 1; }
-  echo "  from hf: at tp=2 x pp=2 (distributed optimizer) vs tp=1: 3 steps, worst relative difference $worst"
+  local tol=1e-5
+  [ "$precision" = fp32 ] || tol=1e-2  # bf16 sums in another order at tp=2 (as in dp_equivalence.sh)
+  awk -v w="$worst" -v t="$tol" 'BEGIN { exit !(w ~ /^[0-9.e+-]+$/ && w < t) }' ||
+    { echo "FAILED: training from hf: at tp=2 x pp=2 differs from tp=1: $worst (tolerance $tol)"; exit 1; }
+  echo "  from hf: at tp=2 x pp=2 (distributed optimizer) vs tp=1: 3 steps, worst relative difference $worst (tolerance $tol)"
 }
 
 roundtrip() {  # model
