@@ -90,10 +90,15 @@ def load(directory, dtype, device):
     model, info = AutoModelForCausalLM.from_pretrained(directory, output_loading_info=True,
                                                        attn_implementation="eager")
     model = model.to(dtype)
-    buffers = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")
-    missing = [k for k in info.get("missing_keys", []) if not k.endswith(buffers)]
-    problems = {"missing": missing, "unexpected": list(info.get("unexpected_keys", [])),
-                "mismatched": [str(m) for m in info.get("mismatched_keys", [])]}
+    def keys(name):  # a dict in transformers 4; read as attribute too, should a version change it
+        v = info.get(name) if isinstance(info, dict) else getattr(info, name, None)
+        return [str(k) for k in (v or [])]
+    # Buffers some versions list, and a tied head (not in the files by design).
+    skip = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")
+    if getattr(model.config, "tie_word_embeddings", False):
+        skip += ("lm_head.weight",)
+    problems = {"missing": [k for k in keys("missing_keys") if not k.endswith(skip)],
+                "unexpected": keys("unexpected_keys"), "mismatched": keys("mismatched_keys")}
     bad = {k: v for k, v in problems.items() if v}
     if bad:
         raise SystemExit(f"hf_check: {directory} does not load cleanly into {type(model).__name__}: {bad}")
