@@ -60,6 +60,7 @@ int open_megaengine(lua_State* L) {
   open_data(L, core);
   open_parallel(L, core);
   open_dry_run(L, core);
+  open_hf(L, core);
   load_embedded(L, "megaengine");
   lua_pushvalue(L, core);
   lua_call(L, 1, 1);

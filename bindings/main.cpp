@@ -11,6 +11,7 @@
 
 #include "bindings/checkpoint_cli.h"
 #include "bindings/doctor.h"
+#include "bindings/hf_cli.h"
 #include "bindings/lua_host.h"
 #include "engine/comm/launcher.h"
 #include "bindings/repl.h"
@@ -41,6 +42,8 @@ const char* kUsage =
     "                                         libfabric, FI_/NCCL_ variables, /fsx, /scratch (exit 1 on a failure)\n"
     "  megaengine preprocess --input F ...    jsonl or text -> Megatron .bin/.idx (megaengine preprocess --help)\n"
     "  megaengine checkpoint inspect DIR [--verify]   what a checkpoint holds (and its checksums verified)\n"
+    "  megaengine export CKPT --format hf --out DIR   a checkpoint as a Hugging Face transformers model\n"
+    "  megaengine import HF_DIR --out CKPT_DIR        a transformers model (LLaMA, GPT-2) as a checkpoint\n"
     "  megaengine                             open the REPL\n"
     "  megaengine --help | --version\n"
     "\n"
@@ -150,6 +153,10 @@ int main(int argc, char** argv) {
       }
     } else if (a == "checkpoint" && recipe.empty()) {
       return me::lua::checkpoint_main(argc - i - 1, argv + i + 1);
+    } else if (a == "export" && recipe.empty()) {
+      return me::lua::export_main(argc - i - 1, argv + i + 1);
+    } else if (a == "import" && recipe.empty()) {
+      return me::lua::import_main(argc - i - 1, argv + i + 1);
     } else if (a == "preprocess" && recipe.empty()) {
 #if ME_HAVE_TOKENIZERS
       const char* assets = std::getenv("ME_ASSET_DIR");

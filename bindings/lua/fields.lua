@@ -187,7 +187,7 @@ section("checkpoint", {
   { "interval", 0, "iterations between saves (--save-interval); 0: only at the end, on a signal or exit_interval" },
   { "keep", 0, "committed checkpoints kept, the oldest deleted after a newer one commits; 0: keep all" },
   { "async", true, "write in the background after copying to host memory (the copy is the only pause)" },
-  { "load", "", "start from this checkpoint (a directory or an iter_N in it) when dir holds none (--load)" },
+  { "load", "", "start from this checkpoint (a directory or an iter_N in it) when dir holds none (--load); \"hf:DIR\": Hugging Face weights" },
   { "save_on_exit", true, "save at the end of the run (and when stopped by SIGTERM/SIGUSR1) when dir is set" },
 }, "recipe.checkpoint: sharded, atomic, resumable saves; Megatron's --save/--load/--save-interval")
 section("log", {

@@ -376,6 +376,16 @@ end
 
 function me.train(recipe) return me.trainer(recipe):run() end
 
+-- Hugging Face transformers: me.hf.export(trainer or checkpoint dir, out [, {dtype=, force=}])
+-- writes a model directory (a trainer is saved as a checkpoint first, every rank calling);
+-- me.hf.import(hf_dir, out [, model]) a checkpoint; me.hf.config(model) shows config.json;
+-- me.hf.save_tensors(path, {name = tensor}) writes a safetensors file (for Python to compare).
+me.hf = { import = core.hf.import, config = core.hf.config, save_tensors = core.hf.save_tensors }
+function me.hf.export(src, out, opts)
+  if type(src) == "string" then return core.hf.export_dir(src, out, opts) end
+  return core.hf.export_saved(function(dir) src:save(dir) end, out, opts)
+end
+
 -- `return me.recipe { ... }` is a tail call: Lua keeps no line of the recipe for errors the
 -- constructors raise, so they point into this module. Put the recipe's file and the line
 -- of the offending field in front instead.

@@ -70,46 +70,69 @@ std::optional<DType> parse_dtype(const std::string& name) {
 
 int64_t TensorEntry::numel() const { return checked_numel(shape, name); }
 
-WriteResult write_safetensors(const std::string& path, const std::vector<TensorSource>& tensors,
-                              const std::map<std::string, std::string>& metadata, const WriteOptions& options) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<TensorSource>& tensors,
+                                     const std::map<std::string, std::string>& metadata, const WriteOptions& options)
+    : path_(path), options_(options) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  std::vector<uint64_t> sizes;
   for (const auto& t : tensors) {
     const uint64_t bytes = static_cast<uint64_t>(checked_numel(t.shape, t.name)) * dtype_size(t.dtype);
     ME_CHECK(!header.contains(t.name), "safetensors '", path, "': tensor '", t.name, "' given twice");
     header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    sizes.push_back(bytes);
+    expected_.emplace_back(t.name, bytes);
     offset += bytes;
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create '", path, "': ", std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  WriteResult r;
-  auto put = [&](const void* data, size_t n) {
-    write_all(fd, data, n, path);
-    r.crc32c = crc32c(r.crc32c, data, n);
-    r.bytes += n;
-  };
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot create '", path, "': ", std::strerror(errno));
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>((json.size() >> (8 * i)) & 0xff);
   put(length, 8);
   put(json.data(), json.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto* p = static_cast<const char*>(tensors[i].data);
-    for (uint64_t done = 0; done < sizes[i]; done += options.chunk_bytes) {
-      put(p + done, static_cast<size_t>(std::min<uint64_t>(options.chunk_bytes, sizes[i] - done)));
-      if (options.after_chunk) options.after_chunk();
-    }
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsWriter::put(const void* data, size_t n) {
+  write_all(fd_, data, n, path_);
+  result_.crc32c = crc32c(result_.crc32c, data, n);
+  result_.bytes += n;
+}
+
+void SafetensorsWriter::append(const std::string& name, const void* data, uint64_t bytes) {
+  ME_CHECK(fd_ >= 0 && next_ < expected_.size() && expected_[next_].first == name, "safetensors '", path_,
+           "': tensor '", name, "' written out of order (expected '",
+           next_ < expected_.size() ? expected_[next_].first : std::string("none: the file is complete"), "')");
+  ME_CHECK(bytes == expected_[next_].second, "safetensors '", path_, "': tensor '", name, "' has ", bytes,
+           " bytes, its header says ", expected_[next_].second);
+  const auto* p = static_cast<const char*>(data);
+  for (uint64_t done = 0; done < bytes; done += options_.chunk_bytes) {
+    put(p + done, static_cast<size_t>(std::min<uint64_t>(options_.chunk_bytes, bytes - done)));
+    if (options_.after_chunk) options_.after_chunk();
   }
-  if (options.fsync && ::fsync(fd) != 0) fail("cannot fsync '", path, "': ", std::strerror(errno));
-  return r;
+  ++next_;
+}
+
+WriteResult SafetensorsWriter::finish() {
+  ME_CHECK(fd_ >= 0 && next_ == expected_.size(), "safetensors '", path_, "': finished after ", next_, " of ",
+           expected_.size(), " tensors");
+  if (options_.fsync && ::fsync(fd_) != 0) fail("cannot fsync '", path_, "': ", std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("cannot close '", path_, "': ", std::strerror(errno));
+  return result_;
+}
+
+WriteResult write_safetensors(const std::string& path, const std::vector<TensorSource>& tensors,
+                              const std::map<std::string, std::string>& metadata, const WriteOptions& options) {
+  SafetensorsWriter writer(path, tensors, metadata, options);
+  for (const auto& t : tensors)
+    writer.append(t.name, t.data, static_cast<uint64_t>(checked_numel(t.shape, t.name)) * dtype_size(t.dtype));
+  return writer.finish();
 }
 
 std::vector<TensorEntry> parse_header(const std::string& json, uint64_t data_bytes, const std::string& file,

@@ -50,6 +50,34 @@ struct WriteResult {
   uint32_t crc32c = 0;    // of the whole file
 };
 
+// A safetensors file written one tensor at a time: the header (names, dtypes, shapes) first,
+// then each tensor's bytes as they come, so that a conversion never holds every tensor at once.
+class SafetensorsWriter {
+ public:
+  // Creates `path` (replacing it) and writes the header. `tensors`' data pointers are not read:
+  // their bytes come through append(), in this order.
+  SafetensorsWriter(const std::string& path, const std::vector<TensorSource>& tensors,
+                    const std::map<std::string, std::string>& metadata = {}, const WriteOptions& options = {});
+  ~SafetensorsWriter();  // closes; a file not finish()ed is incomplete (write into a temporary place)
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // The next tensor's bytes; me::Error when `name` is not the next one or `bytes` not its size.
+  void append(const std::string& name, const void* data, uint64_t bytes);
+  // After the last tensor: fsyncs (WriteOptions::fsync) and closes.
+  WriteResult finish();
+
+ private:
+  void put(const void* data, size_t n);
+
+  std::string path_;
+  int fd_ = -1;
+  WriteOptions options_;
+  std::vector<std::pair<std::string, uint64_t>> expected_;  // name, bytes
+  size_t next_ = 0;
+  WriteResult result_;
+};
+
 // Writes `path` (replacing it) and fsyncs it. Throws me::Error naming the file.
 WriteResult write_safetensors(const std::string& path, const std::vector<TensorSource>& tensors,
                               const std::map<std::string, std::string>& metadata = {}, const WriteOptions& options = {});

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "engine/checkpoint/hf_convert.h"
 #include "engine/core/error.h"
 #include "engine/core/files.h"
 #include "engine/core/exit_status.h"
@@ -133,7 +134,12 @@ void Trainer::find_checkpoint() {
     if (const char* slow = std::getenv("ME_TEST_CHECKPOINT_SLOW_MS")) o.slow_ms = std::atoi(slow);
     saver_ = std::make_unique<checkpoint::CheckpointSaver>(o, comm_.get());
   }
-  if (resume_from_.empty() && !c.load.empty()) resume_from_ = checkpoint::resolve_iteration_dir(c.load);
+  if (resume_from_.empty() && c.load.rfind("hf:", 0) == 0) {  // Hugging Face weights, converted once
+    resume_from_ = checkpoint::hf::import_hf_for_run(c.load.substr(3), spec_.model, c.dir, rank0 ? 0 : comm_->rank(),
+                                                     comm_ ? comm_->world_size() : 1, [this] { comm_->world()->barrier(); });
+  } else if (resume_from_.empty() && !c.load.empty()) {
+    resume_from_ = checkpoint::resolve_iteration_dir(c.load);
+  }
   if (resume_from_.empty()) return;
   const auto file = files::join(resume_from_, checkpoint::kMetadataFile);
   resume_consumed_ = checkpoint::Metadata::parse(checkpoint::read_file(file), file).consumed_samples;

@@ -2,9 +2,10 @@
 # Data made for another vocabulary: one token id >= model.vocab in one document of a .bin must
 # stop the run on the host with an error naming the .bin, the document, the id and the
 # vocabulary, and saying what to do (not a device-side assert, not "index out of range").
-#   oov_data.sh MEGAENGINE
+#   oov_data.sh MEGAENGINE [override ...]   (e.g. device=cuda on the GPU machine)
 set -euo pipefail
 bin=$1
+shift
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -22,5 +23,5 @@ printf '\xe8\xfd' | dd of="$p.bin" bs=1 seek=$((offset + 2 * 2)) conv=notrunc st
 
 ME_DATA_PREFIX=$p bash "$here/expect.sh" fail \
   "data: token id 65000 in '$p.bin' \(document 3, sequence 3, token 2; sample [0-9]+\) is outside the model's vocabulary of 50257 ids \(model.vocab\)\. The data was tokenized with another tokenizer than the model's: preprocess it again .*set model.vocab to its vocabulary size \(at least 65001\)" \
-  -- "$bin" "$here/gpt_data.lua" train.iters=20 train.eval_iters=0 data.split=100,0,0
+  -- "$bin" "$here/gpt_data.lua" train.iters=20 train.eval_iters=0 data.split=100,0,0 "$@"
 echo "oov_data: the out-of-vocabulary id is named with its file and document"
