@@ -10,6 +10,7 @@
 #include "engine/comm/gloo_group.h"
 #include "engine/comm/nccl_group.h"
 #include "engine/core/error.h"
+#include "engine/core/format.h"
 #include "engine/core/log.h"
 
 namespace me::comm {
@@ -119,7 +120,7 @@ std::vector<std::string> Communicator::all_gather_object(const std::string& mine
       store_->wait({key}, options_.connect_timeout);
     } catch (const std::exception&) {
       fail("rank ", env_.rank, ": rank ", r, " did not publish '", key, "' within ",
-           options_.connect_timeout.count() / 1000, " s (it has not started, or died)");
+           human::seconds(options_.connect_timeout.count() / 1000.0), " (it has not started, or died)");
     }
     out[static_cast<size_t>(r)] = text(store_->get(key));
   }
@@ -187,7 +188,7 @@ std::string Communicator::diagnose(const ProcessGroup& group, int64_t seq) {
       const int64_t age = now - std::stoll(text(store->get(hb_key)));
       const int64_t their = store->check({seq_key}) ? std::stoll(text(store->get(seq_key))) : 0;
       if (age > 2 * hb_ms)
-        os << who << "no heartbeat for " << age / 1000.0 << " s: the process exited, was killed, or lost its node";
+        os << who << "no heartbeat for " << human::seconds(age / 1000.0) << ": the process exited, was killed, or lost its node";
       else if (their < seq)
         os << who << "alive but has not reached this collective (it has started " << their << " of " << seq
            << " on group '" << group.name() << "'): it is hung or running something else";
