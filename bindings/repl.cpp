@@ -4,6 +4,7 @@ extern "C" {
 #include <lauxlib.h>
 #include <lua.h>
 }
+#include <unistd.h>
 #if ME_HAVE_EDITLINE
 #include <editline/readline.h>
 #endif
@@ -12,11 +13,15 @@ extern "C" {
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "bindings/lua_util.h"
+#include "bindings/repl_complete.h"
 
 namespace me::lua {
 namespace {
+
+constexpr int kHistoryLines = 1000;  // kept in ME_HISTORY
 
 #if !ME_HAVE_EDITLINE
 // Without libedit: plain lines from stdin, no editing, no history.
@@ -31,11 +36,41 @@ char* readline(const char* prompt) {
 }
 void add_history(const char*) {}
 void using_history() {}
+void stifle_history(int) {}
 int read_history(const char*) { return 0; }
 int write_history(const char*) { return 0; }
+void setup_completion(lua_State*) {}
+#else
+// libedit's completion callbacks take no context: the REPL's state lives here while it runs.
+lua_State* completion_state = nullptr;
+std::vector<std::string> completion_matches;
+
+char* next_match(const char*, int state) {
+  static size_t next = 0;
+  if (state == 0) next = 0;
+  return next < completion_matches.size() ? strdup(completion_matches[next++].c_str()) : nullptr;
+}
+
+char** complete_word(const char* text, int, int) {
+  rl_attempted_completion_over = 1;  // no file-name completion when nothing matches
+  completion_matches = completions(completion_state, text);
+  return completion_matches.empty() ? nullptr : rl_completion_matches(text, next_match);
+}
+
+void setup_completion(lua_State* L) {
+  completion_state = L;
+  rl_readline_name = "megaengine";  // ~/.editrc sections
+  rl_attempted_completion_function = complete_word;
+  rl_basic_word_break_characters = kCompletionWordBreaks;
+  rl_completer_word_break_characters = const_cast<char*>(kCompletionWordBreaks);
+  rl_completion_append_character = '\0';  // "me.model" stays open for "." or ":"
+}
 #endif
 
+// ME_HISTORY (empty: none), else ~/.megaengine_history; none when stdin is not a terminal (piped lines are
+// a script, not something to recall).
 std::string history_path() {
+  if (!isatty(STDIN_FILENO)) return "";
   if (const char* p = std::getenv("ME_HISTORY")) return p;
   const char* home = std::getenv("HOME");
   return std::string(home ? home : ".") + "/.megaengine_history";
@@ -79,19 +114,33 @@ void print_results(lua_State* L, int base) {
   std::fflush(stdout);
 }
 
+// The globals a session starts with: `me` (require "megaengine") and `help` (me.help).
+void define_globals(lua_State* L) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "megaengine");
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    std::fprintf(stderr, "%s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return;
+  }
+  lua_getfield(L, -1, "help");
+  lua_setglobal(L, "help");
+  lua_setglobal(L, "me");
+}
+
 }  // namespace
 
 void run_repl(lua_State* L) {
   const std::string hist = history_path();
   using_history();
-  read_history(hist.c_str());
-  std::printf("megaengine %s REPL (Lua 5.4). `me` is require \"megaengine\"; =expr prints; Ctrl-D exits.\n",
+  stifle_history(kHistoryLines);
+  if (!hist.empty()) read_history(hist.c_str());
+  setup_completion(L);
+  std::printf("megaengine %s REPL (Lua 5.4). `me` is require \"megaengine\"; an expression prints its value;\n"
+              "help() explains, help(me.model.gpt) lists fields; Tab completes; Ctrl-D exits.\n",
               ME_VERSION);
   std::fflush(stdout);
-  lua_getglobal(L, "require");
-  lua_pushstring(L, "megaengine");
-  if (lua_pcall(L, 1, 1, 0) == LUA_OK) lua_setglobal(L, "me");
-  else lua_pop(L, 1);
+  define_globals(L);
 
   for (;;) {
     char* raw = readline("me> ");
@@ -111,6 +160,7 @@ void run_repl(lua_State* L) {
       status = luaL_loadbuffer(L, line.c_str(), line.size(), "=stdin");
     }
     add_history(line.c_str());
+    if (!hist.empty()) write_history(hist.c_str());  // now, so a session that dies keeps its lines
     if (status == LUA_OK) {
       try {
         protected_call(L, 0, LUA_MULTRET);
@@ -125,7 +175,6 @@ void run_repl(lua_State* L) {
     lua_settop(L, base);
   }
   std::printf("\n");
-  write_history(hist.c_str());
 }
 
 }  // namespace me::lua

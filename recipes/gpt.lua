@@ -56,9 +56,8 @@ local function data_file(rel)
         .. "gpt2/gpt2-vocab.json and gpt2/gpt2-merges.txt), or look first with megaengine --dry-run", 0)
 end
 
--- TODO(checkpoints): the trainer has no checkpoint fields yet. Intended, once it does:
---   checkpoint = { dir = data_file("checkpoints/gpt-" .. size), interval = 1000 },  -- $DATA_PATH/checkpoints
--- and logs under logs/ (slurm/train.sbatch writes logs/<job name>-<job id>.out).
+-- Checkpoints every 1000 iterations under $DATA_PATH/checkpoints (as the seeds), resumed from
+-- automatically when the job is requeued; TensorBoard and metrics.jsonl under $DATA_PATH/logs.
 return me.recipe {
   name = "gpt-" .. size,
   device = "cuda",
@@ -75,4 +74,6 @@ return me.recipe {
   optimizer = me.optim.adamw { lr = 6e-5, betas = { 0.9, 0.95 }, weight_decay = 0.1, clip = 1.0 },
   schedule = me.schedule.cosine { min_lr = 6e-6, warmup_samples = 183105, decay_samples = 126953125 },
   train = { samples = 146484375, log_interval = 10, eval_interval = 1000, eval_iters = 40 },
+  checkpoint = { dir = data_file("checkpoints/gpt-" .. size), interval = 1000 },
+  log = { dir = data_file("logs/gpt-" .. size) },
 }

@@ -35,9 +35,8 @@ local function data_file(rel)
         .. "and llama2/tokenizer.model), or look first with megaengine --dry-run", 0)
 end
 
--- TODO(checkpoints): the trainer has no checkpoint fields yet. Intended, once it does:
---   checkpoint = { dir = data_file "checkpoints/llama2_70b", interval = 1000 },  -- $DATA_PATH/checkpoints, as the seeds
--- and logs under logs/ (slurm/train.sbatch writes logs/<job name>-<job id>.out).
+-- Checkpoints every 1000 iterations under $DATA_PATH/checkpoints (as the seeds), resumed from
+-- automatically when the job is requeued; TensorBoard and metrics.jsonl under $DATA_PATH/logs.
 return me.recipe {
   name = "llama2_70b",
   device = "cuda",
@@ -54,4 +53,6 @@ return me.recipe {
   -- The seeds' schedule in samples (as their GPT run; LLaMA's seed gives no length).
   schedule = me.schedule.cosine { min_lr = 6e-6, warmup_samples = 183105, decay_samples = 126953125 },
   train = { samples = 146484375, log_interval = 10, eval_interval = 1000, eval_iters = 40 },
+  checkpoint = { dir = data_file "checkpoints/llama2_70b", interval = 1000 },
+  log = { dir = data_file "logs/llama2_70b" },
 }

@@ -195,13 +195,19 @@ section("log", {
   { "dir", "", "rank 0 writes DIR/tensorboard/events.out.tfevents.* and DIR/metrics.jsonl; \"\": none" },
 }, "recipe.log")
 
--- { name = default } of a section.
+-- { name = default } of a section. The table remembers its section (F.section_of), so a
+-- constructor built from it can say which fields it takes (help() in the REPL).
+local section_of_defaults = setmetatable({}, { __mode = "k" })
 function F.defaults(name)
   local s = assert(F[name], "no field section " .. tostring(name))
   local out = {}
   for _, f in ipairs(s.fields) do out[f[1]] = f[2] end
+  section_of_defaults[out] = name
   return out
 end
+
+-- The section name a table from F.defaults came from, or nil.
+function F.section_of(defaults) return section_of_defaults[defaults] end
 
 function F.type_of(f)
   if f[4] then return f[4] end
@@ -223,6 +229,11 @@ end
 -- The reference text of every section named `which` or below it ("parallel", "model",
 -- "optimizer.adamw"; nil: all): each field with its type, default and help. A variant (a model
 -- family, a schedule kind) lists only the defaults that differ from its base.
+local function field_line(f, help)
+  local line = ("  %-26s %-9s %-12s %s"):format(f[1], F.type_of(f), show(f[2]), help or "")
+  return (line:gsub("%s+$", ""))
+end
+
 function F.describe(which)
   local out = {}
   for _, s in ipairs(F.sections) do
@@ -230,10 +241,7 @@ function F.describe(which)
       out[#out + 1] = ("%s -- %s"):format(s.name, s.doc or "")
       for i, f in ipairs(s.fields) do
         local base = s.variant_of and s.variant_of.fields[i]
-        if not base or show(base[2]) ~= show(f[2]) then
-          local line = ("  %-26s %-9s %-12s %s"):format(f[1], F.type_of(f), show(f[2]), base and "" or f[3])
-          out[#out + 1] = line:gsub("%s+$", "")
-        end
+        if not base or show(base[2]) ~= show(f[2]) then out[#out + 1] = field_line(f, not base and f[3] or nil) end
       end
       out[#out + 1] = ""
     end
@@ -243,6 +251,16 @@ function F.describe(which)
     for _, s in ipairs(F.sections) do names[#names + 1] = s.name end
     error(("no recipe section '%s'; sections: %s"):format(which, table.concat(names, ", ")), 0)
   end
+  return table.concat(out, "\n")
+end
+
+-- Every field of the one section `name`, each with its type, default and help (a variant in
+-- full, unlike F.describe): what help(me.model.gpt) prints. Nil when there is no such section.
+function F.reference(name)
+  local s = F[name]
+  if type(s) ~= "table" or not s.fields then return nil end
+  local out = { ("%s -- %s"):format(s.name, s.doc or "") }
+  for _, f in ipairs(s.fields) do out[#out + 1] = field_line(f, f[3]) end
   return table.concat(out, "\n")
 end
 

@@ -46,9 +46,13 @@ local function with_defaults(t, defaults)
   return out
 end
 
+-- help(): each constructor and the metatable of its specs -> its fields.lua section, recorded
+-- where the constructor is made (from its defaults table), so the map cannot drift.
+local help_sections = {}
+
 -- A constructor: `me.x.name { fields }` -> a table of kind `kind` with its defaults.
 local function constructor(kind, defaults, meta, check)
-  return function(t)
+  local make = function(t)
     t = t or {}
     check_fields(t, defaults, kind, 2)
     local spec = with_defaults(t, defaults)
@@ -58,6 +62,9 @@ local function constructor(kind, defaults, meta, check)
     end
     return setmetatable(spec, meta)
   end
+  help_sections[make] = fields.section_of(defaults)
+  help_sections[meta] = help_sections[make]
+  return make
 end
 
 ---------------------------------------------------------------------------------------
@@ -308,6 +315,15 @@ function me.recipe(t)
 end
 
 function me.is_recipe(t) return getmetatable(t) == Recipe end
+help_sections[me.recipe] = fields.section_of(recipe_defaults)
+help_sections[Recipe] = help_sections[me.recipe]
+
+-- help(x): a constructor's fields with defaults and help, a section by name ("parallel"), an
+-- object's methods (bindings/lua/help.lua). The REPL makes it the global `help`.
+function me.help_text(...)
+  return require("megaengine.help").text(me, help_sections, (...), select("#", ...) > 0)
+end
+function me.help(...) print(me.help_text(...)) end
 
 -- Applies "a.b.c=value" strings to a recipe. The type of the value comes from the field
 -- it replaces; an unknown path lists the valid keys at the level where it went wrong.

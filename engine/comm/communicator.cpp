@@ -11,6 +11,7 @@
 #include "engine/comm/job_token.h"
 #include "engine/comm/nccl_group.h"
 #include "engine/core/error.h"
+#include "engine/core/format.h"
 #include "engine/core/log.h"
 
 namespace me::comm {
@@ -127,7 +128,7 @@ std::vector<std::string> Communicator::all_gather_object(const std::string& mine
       store_->wait({key}, options_.connect_timeout);
     } catch (const std::exception&) {
       fail("rank ", env_.rank, ": rank ", r, " did not publish '", key, "' within ",
-           options_.connect_timeout.count() / 1000, " s (it has not started, or died)");
+           human::seconds(options_.connect_timeout.count() / 1000.0), " (it has not started, or died)");
     }
     out[static_cast<size_t>(r)] = text(store_->get(key));
   }

@@ -2,6 +2,7 @@
 
 #include "engine/comm/bootstrap.h"
 #include "engine/core/error.h"
+#include "engine/core/format.h"
 #include "engine/core/log.h"
 
 #if ME_HAVE_NCCL
@@ -235,7 +236,8 @@ class NcclGroup : public ProcessGroup {
     auto w = do_all_reduce(one, ReduceOp::sum);
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     while (!w->is_completed()) {
-      ME_CHECK(std::chrono::steady_clock::now() < deadline, "barrier timed out after ", timeout_.count() / 1000, " s");
+      ME_CHECK(std::chrono::steady_clock::now() < deadline, "barrier timed out after ",
+               human::seconds(timeout_.count() / 1000.0));
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     return w;
@@ -290,7 +292,7 @@ class NcclGroup : public ProcessGroup {
         const auto f = inflight_.empty() ? InFlight{nullptr, collectives_started(), "collective", {}} : inflight_.front();
         lock.unlock();
         const std::string why = async != ncclSuccess ? std::string(ncclGetErrorString(async))
-                                                     : cat("timed out after ", timeout_.count() / 1000.0, " s");
+                                                     : cat("timed out after ", human::seconds(timeout_.count() / 1000.0));
         std::string msg = cat(f.op, " on group '", name(), "' (nccl, collective #", f.seq, ") failed: ", why);
         msg += diagnosis(f.seq);
         log::error(msg);

@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "engine/core/error.h"
+#include "engine/core/utf8.h"
 
 namespace me::data {
 
@@ -42,7 +43,7 @@ std::vector<int64_t> ByteTextDataset::encode(const std::string& text) {
 std::string ByteTextDataset::decode(const std::vector<int64_t>& tokens) {
   std::string out;
   for (auto t : tokens) out.push_back(static_cast<char>(t & 0xff));
-  return out;
+  return utf8::repair(out);
 }
 
 }  // namespace me::data

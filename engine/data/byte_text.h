@@ -28,6 +28,7 @@ class ByteTextDataset {
   Batch sample(bool validation, int64_t batch, std::mt19937_64& rng) const;
 
   static std::vector<int64_t> encode(const std::string& text);
+  // The bytes as text, valid UTF-8: a model's ill-formed byte sequences become U+FFFD (utf8.h).
   static std::string decode(const std::vector<int64_t>& tokens);
 
  private:

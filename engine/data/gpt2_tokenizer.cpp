@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/core/utf8.h"
 
 namespace me::data {
 
@@ -335,7 +336,9 @@ void GPT2Tokenizer::encode_into(const std::string& text, std::vector<int64_t>& o
   }
 }
 
-std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const {
+std::string GPT2Tokenizer::decode(const std::vector<int64_t>& ids) const { return utf8::repair(decode_bytes(ids)); }
+
+std::string GPT2Tokenizer::decode_bytes(const std::vector<int64_t>& ids) const {
   ME_CHECK(impl_, "GPT2Tokenizer used after being moved from");
   std::string out;
   out.reserve(ids.size() * 4);

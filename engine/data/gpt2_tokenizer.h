@@ -6,7 +6,7 @@
 // and the merges of vocab.bpe are applied to each piece lowest rank first, exactly as OpenAI's
 // encoder.py does. Text is taken as UTF-8; bytes that are not valid UTF-8 (which GPT-2 never sees,
 // as Python strings are always valid) match no regex class and are encoded as pieces of their own,
-// so decode(encode(x)) == x holds for any byte string.
+// so decode_bytes(encode(x)) == x holds for any byte string (decode(encode(x)) == x for valid UTF-8).
 // "<|endoftext|>" in the text is plain text, as in GPT-2; eod() is the id to append between documents.
 //
 // encode is const and thread-safe: several threads may encode with one tokenizer (each thread keeps
@@ -36,9 +36,13 @@ class GPT2Tokenizer final : public Tokenizer {
   // Appends the ids of `text` to `out` (saves a copy when building long token streams).
   void encode_into(const std::string& text, std::vector<int64_t>& out) const override;
 
-  // The bytes the ids stand for, concatenated. Not necessarily valid UTF-8 for an arbitrary id
-  // sequence (a character may be split between tokens); throws me::Error on an id out of range.
+  // The text of the ids, always valid UTF-8: a character split between tokens, or any other
+  // ill-formed byte sequence, becomes U+FFFD as in Hugging Face tokenizers' decode (utf8.h).
+  // Throws me::Error on an id out of range.
   std::string decode(const std::vector<int64_t>& ids) const override;
+  // The bytes the ids stand for, concatenated, unrepaired: decode_bytes(encode(x)) == x for any
+  // byte string x, valid UTF-8 or not.
+  std::string decode_bytes(const std::vector<int64_t>& ids) const;
 
   int64_t vocab_size() const override;  // 50257 for GPT-2
   int64_t eod() const override;         // id of "<|endoftext|>", 50256 for GPT-2

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/format.h"
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/jsonl_record.h"
 
@@ -381,10 +382,11 @@ int preprocess_main(int argc, char** argv, const std::string& asset_dir) {
   try {
     const auto tok = make_tokenizer(t);
     const auto s = preprocess(o, *tok);
-    std::printf("preprocess: %s -> %s.bin/.idx: %lld documents, %lld tokens, %lld skipped, %.1f MB in %.2f s "
-                "(%.2f MB/s, %d workers, %s)\n",
+    std::printf("preprocess: %s -> %s.bin/.idx: %lld documents, %lld tokens, %lld skipped, %s MB in %s "
+                "(%s, %d workers, %s)\n",
                 o.input.c_str(), o.output.c_str(), static_cast<long long>(s.documents), static_cast<long long>(s.tokens),
-                static_cast<long long>(s.skipped), static_cast<double>(s.bytes) / 1e6, s.seconds, s.mb_per_s(), o.workers,
+                static_cast<long long>(s.skipped), human::number(static_cast<double>(s.bytes) / 1e6).c_str(),
+                human::seconds(s.seconds).c_str(), human::rate(s.mb_per_s(), "MB/s").c_str(), o.workers,
                 tok->describe().c_str());
     return 0;
   } catch (const std::exception& e) {

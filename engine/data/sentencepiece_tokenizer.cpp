@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/core/utf8.h"
 
 namespace me::data {
 namespace {
@@ -149,7 +150,9 @@ std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) cons
   }
   if (n < 0) fail("SentencePiece decode with '", impl_->path, "' failed: ", take_message(error));
   text.resize(static_cast<size_t>(n));
-  return text;
+  // SentencePiece already writes U+FFFD for byte pieces that form no character; repair() makes
+  // valid UTF-8 a guarantee of every decode rather than of the library version.
+  return utf8::repair(text);
 }
 
 int64_t SentencePieceTokenizer::vocab_size() const { return impl_->vocab; }

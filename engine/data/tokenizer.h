@@ -20,7 +20,8 @@ class Tokenizer {
     encode_into(text, out);
     return out;
   }
-  // Throws me::Error on an id out of range.
+  // Always valid UTF-8 (ill-formed byte sequences become U+FFFD, engine/core/utf8.h), so samples
+  // and logs can be printed as they are. Throws me::Error on an id out of range.
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t eod() const = 0;  // appended after each document by preprocessing

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include "engine/core/error.h"
+#include "engine/core/format.h"
 #include "engine/core/log.h"
 #include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
 #if ME_HAVE_TOKENIZERS
@@ -65,8 +66,8 @@ void preprocess_source(const DataSpec& d, const data::Tokenizer* tokenizer) {
   o.progress = false;
   log::info("preprocessing ", d.source, " into ", prefix, ".bin/.idx with ", tokenizer->describe());
   const auto s = data::preprocess(o, *tokenizer);
-  log::info("preprocessed ", s.documents, " documents, ", s.tokens, " tokens in ", s.seconds, " s (", s.mb_per_s(),
-            " MB/s)");
+  log::info("preprocessed ", s.documents, " documents, ", s.tokens, " tokens in ", human::seconds(s.seconds), " (",
+            human::rate(s.mb_per_s(), "MB/s"), ")");
 #else
   (void)tokenizer;
   fail("data.source needs `megaengine preprocess`, which this build lacks (see data.tokenizer)");

@@ -52,7 +52,7 @@ if ! timeout 400 "$bin" --nproc 16 "$repo/recipes/$which.lua" device=cpu precisi
   exit 1
 fi
 grep -a "layout: world 16" "$log" | head -1
-mapfile -t losses < <(grep -a "^\[rank 0\] .* iteration " "$log" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/')
+mapfile -t losses < <(grep -aE "^\[rank 0\]  iteration +[0-9]+/" "$log" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/')
 if [ "${#losses[@]}" -ne 3 ]; then
   echo "FAILED: expected 3 progress lines from rank 0, got ${#losses[@]}:"
   tail -20 "$log"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/utf8.h"
 #include "engine/data/gpt2_tokenizer.h"
 #include "test_assets.h"
 
@@ -24,6 +25,12 @@ using Ids = std::vector<int64_t>;
 namespace fs = std::filesystem;
 
 namespace {
+
+std::string repeat_fffd(size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += "\xef\xbf\xbd";
+  return out;
+}
 
 const GPT2Tokenizer& tokenizer() {
   static const GPT2Tokenizer tok(asset("gpt2-encoder.json"), asset("gpt2-vocab.bpe"));
@@ -143,13 +150,37 @@ TEST_CASE("gpt2 tokenizer: decode(encode(x)) == x on Moby Dick and on invalid UT
   // Again, now from the cache: the same ids.
   CHECK(tok.encode(text) == ids);
 
-  // Not valid UTF-8 (GPT-2 never sees it): still a round trip, bytes as their own pieces.
+  // Not valid UTF-8 (GPT-2 never sees it): still a round trip of the bytes, bytes as their own
+  // pieces; decode repairs them as Python's errors="replace" does (one U+FFFD a maximal subpart).
   const std::string bad = std::string("ab\xff\xfe cd \x80 caf\xc3") + "\xa9 \xe2\x82 end\xf0";
-  CHECK(tok.decode(tok.encode(bad)) == bad);
+  CHECK(tok.decode_bytes(tok.encode(bad)) == bad);
+  const std::string R = "\xef\xbf\xbd";
+  CHECK(tok.decode(tok.encode(bad)) == "ab" + R + R + " cd " + R + " caf\xc3\xa9 " + R + " end" + R);
   CHECK(tok.encode(std::string("\xff")) == Ids{tok.encode("\xff").at(0)});
   // Controls, NEL, NBSP, CJK and emoji round-trip too.
   const std::string odd = "\t\x01\x7f x\xc2\x85y\xc2\xa0z \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80  \n ";
   CHECK(tok.decode(tok.encode(odd)) == odd);
+}
+
+TEST_CASE("gpt2 tokenizer: decode is valid UTF-8 when tokens split a character", "[gpt2]") {
+  const auto& tok = tokenizer();
+  const std::string R = "\xef\xbf\xbd";
+  // GPT-2 spells an emoji and many CJK characters with several byte-level tokens.
+  const std::string emoji = "\xf0\x9f\x98\x80", han = "\xe4\xb8\xad";
+  const Ids e = tok.encode(emoji), h = tok.encode(" " + han + han);
+  REQUIRE(e.size() >= 2);
+  CHECK(tok.decode(e) == emoji);
+  const std::string head = tok.decode_bytes({e[0]});
+  CHECK(emoji.compare(0, head.size(), head) == 0);  // a strict prefix of the character's bytes
+  CHECK(head.size() < emoji.size());
+  CHECK(tok.decode({e[0]}) == R);                   // an incomplete character: one U+FFFD
+  CHECK(tok.decode({e.back()}) == repeat_fffd(tok.decode_bytes({e.back()}).size()));  // stray continuation bytes
+  // A sample cut anywhere decodes to valid UTF-8 and keeps every whole character.
+  for (size_t n = 0; n <= h.size(); ++n) {
+    const std::string text = tok.decode(Ids(h.begin(), h.begin() + static_cast<long>(n)));
+    CHECK(me::utf8::is_valid(text));
+  }
+  CHECK(tok.decode(h) == " " + han + han);
 }
 
 TEST_CASE("gpt2 tokenizer: encode from several threads gives the single-thread ids", "[gpt2]") {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/utf8.h"
 #include "engine/data/tokenizer.h"
 #include "temp_dir.h"
 #include "test_assets.h"
@@ -272,6 +273,12 @@ TEST_CASE("sentencepiece tokenizer: vocabulary, eod, byte fallback, whole docume
   REQUIRE(whale.size() >= 4);
   CHECK(Ids(whale.end() - 4, whale.end()) == Ids{3 + 0xf0, 3 + 0x9f, 3 + 0x90, 3 + 0xb3});
   CHECK(bpe.decode(whale) == "\xf0\x9f\x90\xb3");
+  // A sample cut inside the byte pieces still decodes to valid UTF-8 (U+FFFD for the stump).
+  for (size_t cut = 1; cut < 4; ++cut) {
+    const std::string text = bpe.decode(Ids(whale.begin(), whale.end() - static_cast<long>(cut)));
+    CHECK(me::utf8::is_valid(text));
+    CHECK(text.find("\xef\xbf\xbd") != std::string::npos);
+  }
   // Invalid UTF-8 becomes U+FFFD in sentencepiece's normalizer, whatever the rule.
   CHECK(bpe.decode(bpe.encode("a\xff" "b")) == "a\xef\xbf\xbd" "b");
 
