@@ -3,6 +3,6 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bash "$repo/scripts/setup.sh"
-# A failing test is run once more (multi-process tests on a loaded 2-core machine have failed
-# intermittently, cause not yet found); a retry shows in the log as a failure then a pass.
-ctest --test-dir "${BUILD_DIR:-$repo/build}" --output-on-failure -j "${JOBS:-2}" --timeout 600 --repeat until-pass:2
+# No retries: a test that fails now and then is a bug (the 4-process tensor-parallel test's was
+# rank 0 closing the rendezvous store while other ranks still used it; tests/cli/stress_tp.sh).
+ctest --test-dir "${BUILD_DIR:-$repo/build}" --output-on-failure -j "${JOBS:-2}" --timeout 600

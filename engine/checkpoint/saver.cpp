@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/comm/communicator.h"
+#include "engine/core/format.h"
 #include "engine/core/error.h"
 #include "engine/core/files.h"
 #include "engine/core/log.h"
@@ -98,8 +99,8 @@ void CheckpointSaver::save(const std::vector<StateTensor>& tensors, Metadata met
     else write();
   }
   if (rank_ == 0)
-    log::info("checkpoint iteration ", p.iteration, ": ", p.bytes / 1e9, " GB of this rank copied to host in ",
-              p.pause_ms, " ms; writing ", options_.async ? "in the background" : "now");
+    log::info("checkpoint iteration ", p.iteration, ": ", human::number(p.bytes / 1e9), " GB of this rank copied to host in ",
+              human::number(p.pause_ms), " ms; writing ", options_.async ? "in the background" : "now");
   pending_ = std::move(p);
 }
 
@@ -146,10 +147,11 @@ void CheckpointSaver::commit(const std::vector<std::string>& results) {
     return;
   }
   const auto pruned = dir_.prune(options_.keep);
-  log::info("saved checkpoint iteration ", p.iteration, " to ", dir_.iteration_path(p.iteration), ": ", total / 1e9,
-            " GB in ", p.meta.shards.size(), " shards; pause ", p.pause_ms, " ms; written in ", slowest,
-            " s (slowest rank), ", slowest > 0 ? static_cast<double>(total) / slowest / 1e9 : 0.0,
-            " GB/s over all shards; committed ", seconds_since(p.started), " s after its step",
+  log::info("saved checkpoint iteration ", p.iteration, " to ", dir_.iteration_path(p.iteration), ": ", human::number(total / 1e9),
+            " GB in ", p.meta.shards.size(), " shards; pause ", human::number(p.pause_ms), " ms; written in ",
+            human::number(slowest), " s (slowest rank), ",
+            human::number(slowest > 0 ? static_cast<double>(total) / slowest / 1e9 : 0.0),
+            " GB/s over all shards; committed ", human::number(seconds_since(p.started)), " s after its step",
             pruned.empty() ? "" : cat("; deleted ", pruned.size(), " older (checkpoint.keep = ", options_.keep, ")"));
 }
 

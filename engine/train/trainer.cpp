@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/core/format.h"
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "engine/core/exit_status.h"
@@ -436,13 +437,13 @@ void Trainer::log_start() const {
   if (device_.is_cuda())
     log::info("fused CUDA kernels: ", kernels::describe(), "; attention: ", compat::attention_backend_name());
   if (par.distributed_optimizer)
-    log::info("distributed optimizer: ", optimizer_->state_bytes() / 1048576.0, " MiB of fp32 masters and state on ",
-              "this rank instead of ", optimizer_->unsharded_state_bytes() / 1048576.0, " MiB");
+    log::info("distributed optimizer: ", human::number(optimizer_->state_bytes() / 1048576.0), " MiB of fp32 masters and state on ",
+              "this rank instead of ", human::number(optimizer_->unsharded_state_bytes() / 1048576.0), " MiB");
   if (par.grad_reduce_dtype == "bf16")
     log::info("gradients accumulated and reduced in bf16 (parallel.grad_reduce_dtype): ",
-              grads_->flat().nbytes() / 1048576.0, " MiB buffer on this rank");
+              human::number(grads_->flat().nbytes() / 1048576.0), " MiB buffer on this rank");
   if (grads_->symmetric_bytes() > 0 && comm_->backend() == "nccl")
-    log::info("symmetric buffers (", par.symmetric_buffers, "): ", grads_->symmetric_bytes() / 1048576.0,
+    log::info("symmetric buffers (", par.symmetric_buffers, "): ", human::number(grads_->symmetric_bytes() / 1048576.0),
               " MiB registered with the data-parallel NCCL group, outside LibTorch's allocator (not in its peak)");
 }
 
@@ -528,10 +529,10 @@ void Trainer::finish_run(Summary& s, double total_ms) {
   const double tokens_per_step = static_cast<double>(plan_.global * spec_.model.seq);
   s.tokens_per_s = total_ms > 0 ? tokens_per_step * static_cast<double>(s.losses.size()) * 1000.0 / total_ms : 0;
   if (const auto mem = compat::cuda_memory(); mem.peak > 0 && is_logging_rank())
-    log::info("peak GPU memory on rank 0: ", mem.peak / 1048576, " MiB allocated by tensors; ", s.tokens_per_s,
+    log::info("peak GPU memory on rank 0: ", mem.peak / 1048576, " MiB allocated by tensors; ", human::number(s.tokens_per_s),
               " tokens/s over the whole run");
   if (tp_slots_ && is_logging_rank())
-    log::info("tensor-parallel symmetric slots (parallel.tp_symmetric_mb): ", tp_slots_->registered_bytes() / 1048576.0,
+    log::info("tensor-parallel symmetric slots (parallel.tp_symmetric_mb): ", human::number(tp_slots_->registered_bytes() / 1048576.0),
               " MiB registered, outside LibTorch's allocator; ", tp_slots_->fallbacks(),
               " all-gathers found no free slot and used ordinary memory");
   if (spec_.sample.tokens > 0 && s.stopped.empty()) {

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "engine/checkpoint/hf_convert.h"
+#include "engine/core/format.h"
 #include "engine/core/error.h"
 #include "engine/core/files.h"
 #include "engine/core/exit_status.h"
@@ -156,7 +157,7 @@ void Trainer::resume() {
   if (is_logging_rank())
     log::info("resumed from ", resume_from_, " (saved at tp ", l.tp, " x pp ", l.pp, " x dp ", l.dp,
               l.distributed_optimizer ? " with the distributed optimizer" : "", "): iteration ", iteration_,
-              ", consumed samples ", consumed_samples(), "; loaded in ", seconds, " s");
+              ", consumed samples ", consumed_samples(), "; loaded in ", human::number(seconds), " s");
   last_saved_ = iteration_;
 }
 

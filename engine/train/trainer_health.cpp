@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "engine/core/format.h"
 #include "engine/core/error.h"
 #include "engine/core/exit_status.h"
 #include "engine/core/log.h"
@@ -110,8 +111,9 @@ void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window
   const double factor = spec_.train.straggler_factor;
   if (factor > 0 && is_logging_rank() && rec.rank_ms_max > factor * rec.rank_ms_median && rec.rank_ms_median > 0)
     log::warn("straggler: rank ", rec.slowest_rank, " (", comm_->hosts()[static_cast<size_t>(rec.slowest_rank)],
-              ") takes ", rec.rank_ms_max, " ms of its own per step, ", rec.rank_ms_max / rec.rank_ms_median,
-              "x the median over ranks (", rec.rank_ms_median, " ms; train.straggler_factor = ", factor,
+              ") takes ", human::number(rec.rank_ms_max), " ms of its own per step, ",
+              human::number(rec.rank_ms_max / rec.rank_ms_median), "x the median over ranks (",
+              human::number(rec.rank_ms_median), " ms; train.straggler_factor = ", factor,
               "): a slow GPU, host or data read on that node");
 }
 

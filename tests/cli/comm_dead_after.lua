@@ -1,5 +1,5 @@
 -- Dead-rank detection by heartbeat (comm.dead_after_s), under `megaengine --nproc 3`. The ranks
--- run "steps" (an all-reduce and a small matmul each); at step 3 the victim (ME_VICTIM, default
+-- run "steps" (an all-reduce and a small matmul each); at step 12 the victim (ME_VICTIM, default
 -- 1) has itself, from a background shell, after 0.3 s:
 --   ME_FAULT=kill   SIGKILLed                 -> the job ends non-zero, naming it
 --   ME_FAULT=stop   SIGSTOPped                -> the others' watchdogs see its heartbeat go
@@ -20,7 +20,9 @@ local a = me.tensor.ones { 64, 64 }
 local steps = tonumber(os.getenv("ME_STEPS") or 40)
 local t0 = me.clock()
 for step = 1, steps do
-  if step == 3 and w:rank() == victim then
+  -- Step 12: at least one heartbeat (every 0.5 s) has gone out since the first collective, so
+  -- the others can name the victim's latest one.
+  if step == 12 and w:rank() == victim then
     if fault == "slow" then
       os.execute("sleep " .. slow_s)
       print(("rank %d slept %d s and goes on"):format(w:rank(), slow_s))

@@ -12,9 +12,9 @@ trap cleanup EXIT
 tmux -L "$sock" new-session -d -s repl -x 160 -y 60 "ME_HISTORY=$tmp/history $bin; echo REPL-EXITED; sleep 30"
 
 screen() { tmux -L "$sock" capture-pane -p -t repl -S -200; }
-# wait_for TEXT: polls the screen for up to 20 s
+# wait_for TEXT [SECONDS]: polls the screen for up to SECONDS (20)
 wait_for() {
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 $((${2:-20} * 5))); do
     if screen | grep -qF -- "$1"; then return 0; fi
     sleep 0.2
   done
@@ -76,9 +76,9 @@ wait_for "trainer:iteration"
 tmux -L "$sock" send-keys -t repl C-u
 
 # A run in the REPL: on a terminal the progress line carries the time left, "(ETA ...)".
-send 'r = dofile("recipes/gpt_tiny_bytes.lua"); me.apply_overrides(r, {"train.iters=6", "train.log_interval=2", "train.eval_iters=0", "sample.tokens=0", "schedule.warmup_iters=1"}); s = me.trainer(r):run()'
-wait_for "(ETA "
-wait_for "iteration        6/       6"
+send 'r = dofile("recipes/gpt_tiny_bytes.lua"); me.apply_overrides(r, {"train.iters=6", "train.log_interval=2", "train.eval_iters=0", "sample.tokens=0", "schedule.warmup_iters=1", "batch.micro=2", "model.seq=32"}); s = me.trainer(r):run()'
+wait_for "(ETA " 90  # a loaded machine (ctest -j) may take long over the first steps
+wait_for "iteration        6/       6" 90
 
 # help(): a constructor's fields with their defaults and help, a section by name, an object's methods.
 send 'help(me.model.gpt)'

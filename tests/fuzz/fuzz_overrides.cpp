@@ -37,10 +37,17 @@ const char* kSetup = R"lua(
   rawset(core, "version", "fuzz")
   rawset(core, "torch_version", "none")
   rawset(core, "source_dir", source_dir)
-  local f = assert(io.open(source_dir .. "/bindings/lua/megaengine.lua", "r"))
-  local text = f:read("a")
-  f:close()
-  local me = assert(load(text, "=[megaengine]"))(core)
+  -- The modules the binary embeds as "megaengine.NAME" are bindings/lua/NAME.lua here.
+  table.insert(package.searchers, 2, function(name)
+    local short = name:match("^megaengine%.([%w_]+)$")
+    if not short then return nil end
+    local path = source_dir .. "/bindings/lua/" .. short .. ".lua"
+    local chunk, err = loadfile(path)
+    if not chunk then return "\n\t" .. tostring(err) end
+    return chunk, path
+  end)
+  local me = assert(loadfile(source_dir .. "/bindings/lua/megaengine.lua"))(core)
+  package.loaded.megaengine = me
   local template = me.recipe {
     model = me.model.gpt { vocab = 256, seq = 64, layers = 2, hidden = 64, heads = 4 },
     data = me.data.text { path = "fuzz.txt" },
