@@ -47,9 +47,16 @@ const Plugin& plugin() {
 #endif
     void* h = nullptr;
     std::string why;
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer's runtime refuses RTLD_DEEPBIND. Sanitized builds are Debian's (LibTorch
+    // and sentencepiece share the system protobuf there), so nothing needs the isolation.
+    const int flags = RTLD_NOW | RTLD_LOCAL;
+#else
+    // DEEPBIND: the plugin's sentencepiece binds to its own protobuf, not pip LibTorch's.
+    const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
     for (const auto& path : tried) {
-      // DEEPBIND: the plugin's sentencepiece binds to its own protobuf, not libtorch's.
-      if ((h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND))) break;
+      if ((h = dlopen(path.c_str(), flags))) break;
       why += cat("\n  ", path, ": ", dlerror());
     }
     if (!h)
