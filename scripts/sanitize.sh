@@ -39,7 +39,10 @@ export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:strict_string_checks=
 export LSAN_OPTIONS="suppressions=$repo/scripts/sanitize/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
 set +e
-ctest --test-dir "$build" --output-on-failure -j "${JOBS:-2}" --timeout 1800 -E '^(kernels|fuzz)\.' "$@"
+# Left out besides: the LLaMA cluster recipe's run, whose SentencePiece cannot load next to
+# LibTorch without RTLD_DEEPBIND, which ASan refuses (engine/data/sentencepiece_tokenizer.cpp).
+ctest --test-dir "$build" --output-on-failure -j "${JOBS:-2}" --timeout 1800 \
+  -E '^(kernels|fuzz)\.|^train\.cluster_recipe_llama2_70b$' "$@"
 rc=$?
 set -e
 found=$(find "$reports" -type f | sort)

@@ -48,8 +48,10 @@ const Plugin& plugin() {
     void* h = nullptr;
     std::string why;
 #if defined(__SANITIZE_ADDRESS__)
-    // AddressSanitizer's runtime refuses RTLD_DEEPBIND. Sanitized builds are Debian's (LibTorch
-    // and sentencepiece share the system protobuf there), so nothing needs the isolation.
+    // AddressSanitizer's runtime refuses RTLD_DEEPBIND. Without it the plugin's protobuf
+    // clashes with a LibTorch that bundles its own (Debian's 1.13 does), so in a sanitized build
+    // SentencePiece works only in programs without LibTorch (its unit tests); scripts/sanitize.sh
+    // leaves out the training runs that need it.
     const int flags = RTLD_NOW | RTLD_LOCAL;
 #else
     // DEEPBIND: the plugin's sentencepiece binds to its own protobuf, not pip LibTorch's.

@@ -139,9 +139,13 @@ inline Value decode_value(const std::string& bytes) {
     const auto bits = static_cast<uint32_t>(f->number);
     std::memcpy(&out.simple_value, &bits, 4);
   }
-  if (auto* f = one(v, 9, 2))
-    if (auto* pd = one(parse(f->bytes), 1, 2))
-      if (auto* name = one(parse(pd->bytes), 1, 2)) out.plugin_name = name->bytes;
+  if (auto* f = one(v, 9, 2)) {  // metadata.plugin_data.plugin_name; each Message named, as one()
+    const Message metadata = parse(f->bytes);  // points into it (a temporary would be gone)
+    if (auto* pd = one(metadata, 1, 2)) {
+      const Message plugin_data = parse(pd->bytes);
+      if (auto* name = one(plugin_data, 1, 2)) out.plugin_name = name->bytes;
+    }
+  }
   if (auto* f = one(v, 8, 2)) {
     out.has_tensor = true;
     const Message t = parse(f->bytes);
