@@ -7,6 +7,8 @@
 # distributed optimizer, tensor + sequence parallelism and a pipeline. Exit status 1 if any
 # prediction is off by more than 10%.
 #   bash bench/memory_check.sh /path/to/megaengine [WORK_DIR]     (about 3 minutes on one H100)
+# ME_MC_ONLY=REGEX runs only the configurations whose names match; ME_MC_PEAK=TFLOPS gives the
+# width rows an MFU.
 # The table goes to stdout; each run's log and dry run stay in WORK_DIR (default: a new temporary
 # directory), since a device call brings back only a few files.
 set -uo pipefail
@@ -30,6 +32,7 @@ rows=$out/rows.txt
 check() {  # name nproc family overrides...
   local name=$1 nproc=$2 family=$3
   shift 3
+  [[ $name =~ ${ME_MC_ONLY:-.} ]] || return 0  # ME_MC_ONLY=REGEX: only the configurations it matches
   local log=$out/$name.log predicted measured
   predicted=$(ME_MC_FAMILY=$family "$bin" --dry-run "$repo/bench/memory_check.lua" --world "$nproc" "$@" 2>&1 |
     tee "$out/$name.dry_run.txt" | sed -n 's/^predicted peak GPU memory on rank 0: \([0-9]*\) MiB.*/\1/p')
@@ -66,6 +69,15 @@ if [ "$ngpu" -ge 2 ]; then
   check gpt1.3b_dp2_distopt 2 gpt $gpt13 batch.micro=4 parallel.distributed_optimizer=true
   check gpt1.3b_tp2_sp 2 gpt $gpt13 batch.micro=4 parallel.tp=2 parallel.sequence_parallel=true
   check llama1b_pp2_micro2x8 2 llama $llama1b batch.micro=2 batch.global=16 parallel.pp=2
+  # The user's widths at 8 layers on 2 GPUs (#25's stand-in until 8 GPUs are lent), with their
+  # recipes' settings; 12 iterations so that the last progress line's rate and the step profile
+  # (exposed communication) mean something.
+  width_run="train.iters=12 train.log_interval=4 train.profile_at=10 train.profile_steps=2 train.peak_tflops=${ME_MC_PEAK:-0}"
+  check gpt39b_width_8l_tp2_sp 2 gpt model.layers=8 model.hidden=8192 model.heads=64 batch.micro=1 \
+    parallel.tp=2 parallel.sequence_parallel=true parallel.distributed_optimizer=true $width_run
+  check llama2_70b_width_8l_tp2_sp 2 llama model.layers=8 model.hidden=8192 model.heads=64 model.query_groups=8 \
+    model.ffn_hidden=28672 model.seq=4096 batch.micro=1 parallel.tp=2 parallel.sequence_parallel=true \
+    model.recompute=full parallel.grad_reduce_dtype=bf16 parallel.distributed_optimizer=true $width_run
 fi
 }
 
