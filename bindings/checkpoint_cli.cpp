@@ -17,12 +17,6 @@ const char* kUsage =
     "  Prints the iteration, the layout that saved it, every tensor with its dtype and shape, and\n"
     "  the total size; --verify also checks every shard's size and CRC-32C.\n";
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 int64_t tensor_bytes(const checkpoint::TensorRecord& t) {
   int64_t n = 1;
   for (const int64_t d : t.shape) n *= d;
@@ -51,7 +45,8 @@ void print_inspection(checkpoint::CheckpointReader& reader) {
   std::printf("  %zu tensors:\n", m.tensors.size());
   int64_t total = 0;
   for (const auto& [name, t] : m.tensors) {
-    std::printf("    %-48s %-5s %-22s %zu piece%s\n", name.c_str(), t.dtype.c_str(), shape_text(t.shape).c_str(),
+    std::printf("    %-48s %-5s %-22s %zu piece%s\n", name.c_str(), t.dtype.c_str(),
+                checkpoint::shape_text(t.shape).c_str(),
                 t.pieces.size(), t.pieces.size() == 1 ? "" : "s");
     total += tensor_bytes(t);
   }

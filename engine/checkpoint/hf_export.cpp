@@ -32,12 +32,6 @@ const DTypeName& dtype_named(const std::string& option, torch::ScalarType model)
   fail("export: --dtype must be fp32, bf16 or fp16, got '", option, "'");
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // Our tensor must be the shape the recipe's model gives it (the padded vocabulary: at least the real one).
 void check_shape(const TensorMap& m, const torch::Tensor& t, const WeightSource& source) {
   auto want = m.shape;

@@ -12,12 +12,6 @@ namespace me::checkpoint::hf {
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // model.safetensors.index.json: {"metadata": {...}, "weight_map": {"tensor": "file", ...}}
 std::map<std::string, std::string> read_index(const std::string& path) {
   nlohmann::json j;

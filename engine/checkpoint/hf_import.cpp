@@ -1,6 +1,5 @@
 // Import: a transformers model directory, one table row at a time, into a checkpoint of weights
 // alone; and checkpoint.load = "hf:DIR" for a run.
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -14,17 +13,6 @@
 namespace me::checkpoint::hf {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-std::string absolute(const std::string& path) {
-  char buf[PATH_MAX];
-  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
-}
 
 // One table row with the Hugging Face tensors found (under the names the files use).
 struct Input {
@@ -66,10 +54,10 @@ const char* precision_of(DType d) { return d == DType::BF16 ? "bf16" : d == DTyp
 std::string import_recipe(const model::TransformerConfig& c, const std::string& hf_dir, const std::string& name,
                           DType dtype) {
   train::RunSpec spec;
-  spec.name = name.empty() ? "hf:" + absolute(hf_dir) : name;
+  spec.name = name.empty() ? "hf:" + files::real_path(hf_dir) : name;
   spec.model = c;
   spec.precision = precision_of(dtype);
-  const auto dir = absolute(hf_dir);
+  const auto dir = files::real_path(hf_dir);
   auto& t = spec.data.tokenizer;
   if (files::exists(files::join(dir, "vocab.json")) && files::exists(files::join(dir, "merges.txt"))) {
     t.kind = "gpt2";

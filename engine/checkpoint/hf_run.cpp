@@ -1,7 +1,6 @@
 // checkpoint.load = "hf:DIR": the conversion a run loads from, made once (hf_convert.h).
 #include <sys/stat.h>
 
-#include <climits>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -18,8 +17,7 @@ namespace {
 
 // What identifies a source: its path, its config and its weight files' names, sizes and times.
 std::string source_hash(const std::string& hf_dir) {
-  char buf[PATH_MAX];
-  std::string key = ::realpath(hf_dir.c_str(), buf) ? buf : hf_dir;
+  std::string key = files::real_path(hf_dir);
   key += "\n" + read_file(files::join(hf_dir, "config.json"));
   for (const auto& name : files::list(hf_dir)) {
     struct stat st {};

@@ -62,6 +62,12 @@ int64_t checked_numel(const std::vector<int64_t>& shape, const std::string& what
 size_t dtype_size(DType d) { return info(d).size; }
 const char* dtype_name(DType d) { return info(d).name; }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 std::optional<DType> parse_dtype(const std::string& name) {
   for (const auto& i : kDTypes)
     if (name == i.name) return i.dtype;

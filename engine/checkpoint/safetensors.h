@@ -19,6 +19,7 @@ enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
 size_t dtype_size(DType d);
 const char* dtype_name(DType d);                         // "F32", "BF16", ...
 std::optional<DType> parse_dtype(const std::string& name);
+std::string shape_text(const std::vector<int64_t>& shape);  // "[4096, 1024]", for messages
 
 struct TensorEntry {
   std::string name;

@@ -24,12 +24,6 @@ std::vector<int64_t> slice_shape(std::vector<int64_t> shape, int64_t dim, int64_
   return shape;
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 }  // namespace
 
 DType dtype_of(torch::ScalarType t) {

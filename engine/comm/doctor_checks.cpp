@@ -1,4 +1,5 @@
 #include "engine/comm/doctor_checks.h"
+#include "engine/core/strings.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -12,21 +13,6 @@ namespace {
 
 Check make(const char* group, std::string name, CheckStatus status, std::string value, std::string detail) {
   return Check{group, std::move(name), status, std::move(value), std::move(detail)};
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string part;
-  while (std::getline(ss, part, sep))
-    if (!part.empty()) out.push_back(part);
-  return out;
 }
 
 
@@ -187,7 +173,7 @@ DoctorFacts gather_facts(const SystemView& sys, bool gpu_build) {
     if (k.rfind("FI_", 0) == 0 || k.rfind("NCCL_", 0) == 0) f.fi_nccl_env.emplace_back(k, v);
   f.net_interfaces = sys.list_dir("/sys/class/net");
   if (const char* paths = sys.getenv("ME_DOCTOR_PATHS"); paths && *paths) {
-    for (const auto& p : split(paths, ':')) f.dirs.push_back({p, true, sys.probe_dir(p)});
+    for (const auto& p : split_nonempty(paths, ':')) f.dirs.push_back({p, true, sys.probe_dir(p)});
   } else {
     for (const char* p : {"/fsx", "/scratch"}) f.dirs.push_back({p, false, sys.probe_dir(p)});
   }

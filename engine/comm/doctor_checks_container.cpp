@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/comm/doctor_checks.h"
+#include "engine/core/strings.h"
 #include "engine/core/error.h"
 
 namespace me::comm {
@@ -13,21 +14,6 @@ constexpr const char* kEfaLib = "/opt/amazon/efa/lib";
 
 Check make(std::string name, CheckStatus status, std::string value, std::string detail) {
   return Check{"container", std::move(name), status, std::move(value), std::move(detail)};
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string part;
-  while (std::getline(ss, part, sep))
-    if (!part.empty()) out.push_back(part);
-  return out;
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
 }
 
 const std::string* env_value(const DoctorFacts& f, const std::string& name) {
@@ -51,7 +37,7 @@ size_t env_count(const DoctorFacts& f, const std::string& prefix) {
 // libfabric's FI_PROVIDER: "efa", "efa,shm", or "^tcp,udp" (all but those).
 bool provider_list_allows_efa(const std::string& list) {
   const bool exclude = !list.empty() && list[0] == '^';
-  const auto names = split(exclude ? list.substr(1) : list, ',');
+  const auto names = split_nonempty(exclude ? list.substr(1) : list, ',');
   const bool listed = std::find(names.begin(), names.end(), "efa") != names.end();
   return exclude ? !listed : listed;
 }
@@ -63,7 +49,7 @@ bool socket_ifname_matches(const std::string& spec, const std::vector<std::strin
   if (exclude) s = s.substr(1);
   const bool exact = !s.empty() && s[0] == '=';
   if (exact) s = s.substr(1);
-  const auto patterns = split(s, ',');
+  const auto patterns = split_nonempty(s, ',');
   return std::any_of(interfaces.begin(), interfaces.end(), [&](const std::string& ifc) {
     const bool hit = std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) {
       return exact ? ifc == p : ifc.rfind(p, 0) == 0;

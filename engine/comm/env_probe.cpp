@@ -5,6 +5,7 @@
 // and libcuda/NCCL keep threads and state alive after their first call; unloading either
 // under them is a known way to crash at exit. A doctor run opens each library once.
 #include "engine/comm/env_probe.h"
+#include "engine/core/strings.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -167,12 +168,6 @@ std::string cu_error_text(void* h, int code) {
     return k ? me::cat(k, " [CUresult ", code, "]") : me::cat("CUresult ", code);
   }
   return text.empty() ? name : me::cat(name, " (", text, ")");
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
 }
 
 const char* kEfaHint =

@@ -1,4 +1,5 @@
 #include "engine/comm/system_view.h"
+#include "engine/core/strings.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -82,15 +83,6 @@ DirProbe probe_directory(const std::string& dir) {
   return p;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string part;
-  while (std::getline(ss, part, sep))
-    if (!part.empty()) out.push_back(part);
-  return out;
-}
-
 bool regular_file(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -168,7 +160,7 @@ NetPlugin find_ofi_nccl_plugin(const SystemView& sys) {
   }
   names.insert(names.end(), {"libnccl-net-ofi.so", "libnccl-net.so"});
   std::vector<std::string> loader_dirs;
-  if (const char* ld = sys.getenv("LD_LIBRARY_PATH")) loader_dirs = split(ld, ':');
+  if (const char* ld = sys.getenv("LD_LIBRARY_PATH")) loader_dirs = split_nonempty(ld, ':');
   for (const char* d : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib",
                         "/usr/lib", "/usr/local/lib"})
     loader_dirs.push_back(d);
@@ -226,7 +218,7 @@ CudaToolkit find_cuda_toolkit(const SystemView& sys) {
 int compare_versions(const std::string& a, const std::string& b) {
   auto numbers = [](const std::string& v) {
     std::vector<long> out;
-    for (const auto& part : split(v.substr(0, v.find_first_not_of("0123456789.")), '.'))
+    for (const auto& part : split_nonempty(v.substr(0, v.find_first_not_of("0123456789.")), '.'))
       out.push_back(std::strtol(part.c_str(), nullptr, 10));
     return out;
   };

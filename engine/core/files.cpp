@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "engine/core/error.h"
 
@@ -40,6 +42,11 @@ int64_t file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return -1;
   return static_cast<int64_t>(st.st_size);
+}
+
+std::string real_path(const std::string& path) {
+  std::unique_ptr<char, decltype(&std::free)> r(::realpath(path.c_str(), nullptr), &std::free);
+  return r ? std::string(r.get()) : path;
 }
 
 void make_directories(const std::string& path) {

@@ -11,6 +11,8 @@ namespace me::files {
 std::string join(const std::string& dir, const std::string& name);  // "dir/name"
 std::string parent(const std::string& path);                         // "." for a bare name
 bool exists(const std::string& path);
+// The canonical absolute path (realpath); `path` itself when it cannot be resolved.
+std::string real_path(const std::string& path);
 bool is_directory(const std::string& path);
 // The size of a regular file; -1 when it does not exist (errno tells why).
 int64_t file_size(const std::string& path);

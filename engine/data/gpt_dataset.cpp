@@ -1,16 +1,17 @@
 // GPT sample indexing, its on-disk cache, and dataset blending. See gpt_dataset.h.
 #include "engine/data/gpt_dataset.h"
 
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/core/files.h"
 #include "engine/data/numpy_random.h"
 
 namespace me::data {
@@ -53,9 +54,7 @@ std::string hex16(uint64_t v) {
 }
 
 std::string real_idx_path(const IndexedDataset& data) {
-  const std::string idx = data.prefix() + ".idx";
-  std::unique_ptr<char, decltype(&std::free)> r(::realpath(idx.c_str(), nullptr), &std::free);
-  return r ? std::string(r.get()) : idx;
+  return files::real_path(data.prefix() + ".idx");
 }
 
 // Everything that determines the three arrays; its hash names the cache file.

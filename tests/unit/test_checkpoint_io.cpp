@@ -13,20 +13,11 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine/core/crc32c.h"
 #include "temp_dir.h"
+#include "test_assets.h"  // slurp, spit
 
 using namespace me::checkpoint;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
 
 // A file whose 8-byte length prefix and JSON header are ours to choose, then `data`.
 std::string forged(const std::string& json, const std::string& data) {

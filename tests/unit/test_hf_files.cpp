@@ -14,6 +14,7 @@
 #include "engine/core/files.h"
 #include "engine/model/transformer.h"
 #include "temp_dir.h"
+#include "test_assets.h"  // slurp, spit
 
 using namespace me;
 using namespace me::checkpoint;
@@ -34,16 +35,6 @@ model::TransformerConfig tiny(const std::string& kind) {
     c.ffn_hidden = 48;
   }
   return c;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
 }
 
 // A checkpoint of `m`'s weights as one process saves it; returns its global tensors.

@@ -1,0 +1,27 @@
+// Joining and splitting strings, for the few places that print or parse lists (doctor's checks,
+// the environment probe). Header-only and torch-free.
+#pragma once
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace me {
+
+// "a, b, c" from {"a", "b", "c"} and ", ".
+inline std::string join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+// The non-empty pieces of `s` between separators: "a::b:" -> {"a", "b"}.
+inline std::vector<std::string> split_nonempty(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, sep))
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+}  // namespace me
