@@ -18,7 +18,7 @@ CONTROL = re.compile(r"\b(if|for|while|switch|catch|do|else|try|namespace|struct
 HEADER_END = re.compile(r"\)\s*(const|override|noexcept|final|mutable|\s)*(->\s*[\w:<>,\s*&]+)?$")
 INIT_LIST = re.compile(r"\)\s*:\s*[\w:]+[({]")
 NAME = re.compile(r"([~\w:]+|\])\s*\([^()]*(\([^()]*\)[^()]*)*\)\s*[^()]*$")
-EXEMPT = {("bindings/main.cpp", "main")}
+EXEMPT = {("bindings/cli/main.cpp", "main")}
 
 
 def blank(src):

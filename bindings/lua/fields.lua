@@ -1,7 +1,7 @@
 -- Every recipe field: its default and one line of help, beside each other. This is the one
 -- source of defaults: the constructors (me.recipe, me.model.gpt, me.optim.adamw, ...), the
 -- override parser, `megaengine --fields` and help() read it; the C++ side reads values only
--- (bindings/lua_recipe.cpp), so nothing here is declared twice.
+-- (bindings/lua/lua_recipe.cpp), so nothing here is declared twice.
 --
 -- A section is an ordered list of { name, default, help [, type] }; type defaults to the
 -- default's Lua type (integer, number, boolean, string). Real-valued fields have real

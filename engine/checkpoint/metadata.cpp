@@ -28,7 +28,7 @@ struct JsonReader {
   }
 };
 
-json data_to_json(const train::DataSpec& d) {
+json data_to_json(const config::DataSpec& d) {
   json j = {{"kind", d.kind}, {"path", d.path}, {"holdout", d.holdout}, {"split", d.split},
             {"cache_dir", d.cache_dir}, {"eod_mask_loss", d.eod_mask_loss}, {"source", d.source},
             {"source_format", d.source_format}, {"json_key", d.json_key}, {"blend_given", d.blend_given}};
@@ -40,8 +40,8 @@ json data_to_json(const train::DataSpec& d) {
   return j;
 }
 
-train::DataSpec data_from_json(const json& j) {
-  train::DataSpec d;
+config::DataSpec data_from_json(const json& j) {
+  config::DataSpec d;
   auto get = [&](const char* k, auto& v) {
     if (j.contains(k)) v = j.at(k).get<std::decay_t<decltype(v)>>();
   };
@@ -86,25 +86,25 @@ Piece piece_from_json(const json& j) {
 
 }  // namespace
 
-std::string recipe_to_json(const train::RunSpec& spec) {
+std::string recipe_to_json(const config::Recipe& spec) {
   json j;
-  train::visit_top_fields(spec, JsonWriter{j});
+  config::visit_top_fields(spec, JsonWriter{j});
   JsonWriter model{j["model"]};
   model::visit_fields(spec.model, model);
   j["data"] = data_to_json(spec.data);
-  train::visit_sections(spec, [&](const char* name, const auto& section) { train::visit_fields(section, JsonWriter{j[name]}); });
+  config::visit_sections(spec, [&](const char* name, const auto& section) { visit_fields(section, JsonWriter{j[name]}); });
   return j.dump(1);
 }
 
-train::RunSpec recipe_from_json(const std::string& text, const std::string& file) {
+config::Recipe recipe_from_json(const std::string& text, const std::string& file) {
   try {
     const json j = json::parse(text);
-    train::RunSpec spec;
-    train::visit_top_fields(spec, JsonReader{j});
+    config::Recipe spec;
+    config::visit_top_fields(spec, JsonReader{j});
     if (j.contains("model")) model::visit_fields(spec.model, JsonReader{j.at("model")});
     if (j.contains("data")) spec.data = data_from_json(j.at("data"));
-    train::visit_sections(spec, [&](const char* name, auto& section) {
-      if (j.contains(name)) train::visit_fields(section, JsonReader{j.at(name)});
+    config::visit_sections(spec, [&](const char* name, auto& section) {
+      if (j.contains(name)) visit_fields(section, JsonReader{j.at(name)});
     });
     return spec;
   } catch (const json::exception& e) {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/train/run_spec.h"
+#include "engine/config/recipe.h"
 
 namespace me::checkpoint {
 
@@ -64,7 +64,7 @@ struct Metadata {
 
 // The resolved recipe as JSON (every field, by the names fields.lua gives them), and back: the
 // fields a checkpoint's reader needs (the model, the tokenizer, the precision and the name).
-std::string recipe_to_json(const train::RunSpec& spec);
-train::RunSpec recipe_from_json(const std::string& json, const std::string& file);
+std::string recipe_to_json(const config::Recipe& spec);
+config::Recipe recipe_from_json(const std::string& json, const std::string& file);
 
 }  // namespace me::checkpoint

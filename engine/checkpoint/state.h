@@ -11,19 +11,12 @@
 
 #include "engine/checkpoint/metadata.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/parallel/state_tensor.h"
 
 namespace me::checkpoint {
 
-// A piece of a global tensor that this rank holds.
-struct StateTensor {
-  std::string name;                  // global: "model.blocks.3.attn.qkv.weight", "exp_avg.embedding.weight"
-  torch::Tensor tensor;              // this rank's piece: read when saving, written when loading
-  std::vector<int64_t> global_shape;
-  int64_t dim = -1, start = 0, length = 0;  // its slice along dim of the global tensor (dim -1: whole)
-  int64_t flat_start = 0, flat_length = 0;  // its elements within that slice, flattened
-  bool save = true;          // this rank writes it (false: a replica that another rank writes)
-  bool padded_vocab = false;  // dim 0 is the padded vocabulary (embedding, output layer)
-};
+// A piece of a global tensor that this rank holds (parallel/state_tensor.h).
+using StateTensor = parallel::StateTensor;
 
 DType dtype_of(torch::ScalarType t);
 torch::ScalarType scalar_type_of(DType d);

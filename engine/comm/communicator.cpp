@@ -8,7 +8,7 @@
 
 #include "engine/comm/gloo_group.h"
 #include "engine/comm/job_store.h"
-#include "engine/comm/job_token.h"
+#include "engine/launch/job_token.h"
 #include "engine/comm/nccl_group.h"
 #include "engine/core/error.h"
 #include "engine/core/format.h"
@@ -28,18 +28,13 @@ std::string this_host() {
 
 }  // namespace
 
-void check_nccl_cta_policy(const std::string& policy) {
-  ME_CHECK(policy == "default" || policy == "efficiency" || policy == "zero",
-           "comm.nccl_cta_policy must be default, efficiency or zero, got '", policy, "'");
-}
-
-Communicator::Communicator(LaunchEnv env, CommOptions options) : env_(std::move(env)), options_(std::move(options)) {
-  check_nccl_cta_policy(options_.nccl_cta_policy);
+Communicator::Communicator(launch::LaunchEnv env, CommOptions options) : env_(std::move(env)), options_(std::move(options)) {
+  options_.check();
   const bool cuda = options_.device.rfind("cuda", 0) == 0;
   backend_ = options_.backend == "auto" ? (cuda ? "nccl" : "gloo") : options_.backend;
   ME_CHECK(backend_ == "gloo" || backend_ == "nccl", "unknown communication backend '", backend_,
            "': expected gloo, nccl or auto");
-  ME_CHECK(options_.timeout.count() > 0 && options_.heartbeat_s > 0, "comm timeout and heartbeat must be positive");
+  ME_CHECK(options_.connect_timeout_s > 0, "comm: the rendezvous timeout must be positive");
   ME_CHECK(options_.dead_after_s == 0 || options_.dead_after_s >= 3 * options_.heartbeat_s,
            "comm.dead_after_s (", options_.dead_after_s, ") must be 0 (off) or at least 3 x comm.heartbeat_s (",
            options_.heartbeat_s, "): a rank is declared dead only after several missed heartbeats");
@@ -67,22 +62,22 @@ Communicator::Communicator(LaunchEnv env, CommOptions options) : env_(std::move(
 // Rank 0 serves the store on MASTER_ADDR's interface; every rank (rank 0 too) joins it with
 // the job token.
 void Communicator::start_store() {
-  const JobToken token = job_token(env_);
+  const launch::JobToken token = launch::job_token(env_);
   log::debug("job token: ", token.origin);
   if (env_.rank == 0) {
-    StoreServerOptions o;
+    launch::StoreServerOptions o;
     o.host = env_.master_addr;
     o.port = env_.master_port;
     o.token = token.value;
     o.exclude_loopback = env_.world > env_.local_world;  // other nodes must reach it
     o.log = [](const std::string& line) { log::warn(line); };
-    server_ = std::make_unique<StoreServer>(o);
+    server_ = std::make_unique<launch::StoreServer>(o);
     log::debug("rendezvous store on ", server_->address(), ":", server_->port());
   }
-  store_address_ = StoreAddress{env_.master_addr, env_.master_port, token.value,
+  store_address_ = launch::StoreAddress{env_.master_addr, env_.master_port, token.value,
                                 cat("rank ", env_.rank, " (", this_host(), ")")};
   try {
-    store_ = c10::make_intrusive<JobStore>(store_address_, options_.connect_timeout);
+    store_ = c10::make_intrusive<JobStore>(store_address_, connect_timeout());
   } catch (const std::exception& e) {
     fail("rank ", env_.rank, ": ", e.what(),
          env_.rank == 0 ? "" : " (rank 0 hosts the store: did it start? is MASTER_ADDR/MASTER_PORT the same on every rank?)");
@@ -108,9 +103,9 @@ std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, c
   const std::string unique = generation == 0 ? name : cat(name, "@", generation);
   std::shared_ptr<ProcessGroup> g;
   if (backend_ == "gloo")
-    g = make_gloo_group(unique, ranks, env_.rank, store_, options_.timeout, host);
+    g = make_gloo_group(unique, ranks, env_.rank, store_, timeout(), host);
   else
-    g = make_nccl_group(unique, ranks, env_.rank, store_, options_.timeout, cuda_device_, options_.nccl_cta_policy);
+    g = make_nccl_group(unique, ranks, env_.rank, store_, timeout(), cuda_device_, options_.nccl_cta_policy);
   g->set_diagnose([this](const ProcessGroup& group, int64_t seq) { return diagnose(group, seq); });
   std::lock_guard<std::mutex> lock(groups_mutex_);
   groups_.push_back(g);
@@ -125,10 +120,10 @@ std::vector<std::string> Communicator::all_gather_object(const std::string& mine
   for (int r = 0; r < env_.world; ++r) {
     const std::string key = prefix + std::to_string(r);
     try {
-      store_->wait({key}, options_.connect_timeout);
+      store_->wait({key}, connect_timeout());
     } catch (const std::exception&) {
       fail("rank ", env_.rank, ": rank ", r, " did not publish '", key, "' within ",
-           human::seconds(options_.connect_timeout.count() / 1000.0), " (it has not started, or died)");
+           human::seconds(options_.connect_timeout_s), " (it has not started, or died)");
     }
     out[static_cast<size_t>(r)] = text(store_->get(key));
   }

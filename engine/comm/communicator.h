@@ -15,11 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/comm/bootstrap.h"
+#include "engine/launch/bootstrap.h"
+#include "engine/comm/comm_options.h"
 #include "engine/comm/process_group.h"
 #include "engine/comm/rank_grid.h"
-#include "engine/comm/store_client.h"
-#include "engine/comm/store_server.h"
+#include "engine/launch/store_client.h"
+#include "engine/launch/store_server.h"
 
 namespace c10d {
 class Store;
@@ -27,34 +28,14 @@ class Store;
 
 namespace me::comm {
 
-struct CommOptions {
-  std::string backend = "auto";  // gloo | nccl | auto (nccl for cuda devices, gloo for cpu)
-  std::string device = "cpu";
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};         // any one collective
-  std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};  // rendezvous at start
-  double heartbeat_s = 1.0;
-  // A rank whose heartbeat has been silent this long is dead (SIGKILL, SIGSTOP, a lost node):
-  // every other rank aborts its communicators and exits, naming it. 0: off. A rank that is
-  // merely slow keeps its heartbeat and is never declared dead; `timeout` bounds that case.
-  double dead_after_s = 60.0;
-  // NCCL's CTA policy for every communicator (NCCL >= 2.27): "default" leaves it to NCCL (and
-  // NCCL_CTA_POLICY), "efficiency" asks for fewer thread blocks per collective, "zero" (2.28) for
-  // none where it can (copy-engine all-gathers into buffers from ProcessGroup::empty_symmetric).
-  std::string nccl_cta_policy = "default";
-};
-
-// Throws, naming comm.nccl_cta_policy, unless `policy` is default, efficiency or zero: checked
-// on every backend, so a typo fails on the CPU too (NCCL then checks what its version supports).
-void check_nccl_cta_policy(const std::string& policy);
-
 class Communicator {
  public:
-  Communicator(LaunchEnv env, CommOptions options);
+  Communicator(launch::LaunchEnv env, CommOptions options);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  const LaunchEnv& env() const { return env_; }
+  const launch::LaunchEnv& env() const { return env_; }
   const CommOptions& options() const { return options_; }
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world; }
@@ -75,25 +56,29 @@ class Communicator {
   std::string diagnose(const ProcessGroup& group, int64_t seq);
 
   // The rendezvous store's address and the job token (empty for a world of one).
-  const StoreAddress& store_address() const { return store_address_; }
+  const launch::StoreAddress& store_address() const { return store_address_; }
 
  private:
   void start_store();
   void watchdog_loop();
-  void publish_progress(StoreClient& store, std::chrono::milliseconds timeout);
-  void check_heartbeats(StoreClient& store, std::chrono::milliseconds timeout);
+  void publish_progress(launch::StoreClient& store, std::chrono::milliseconds timeout);
+  void check_heartbeats(launch::StoreClient& store, std::chrono::milliseconds timeout);
   std::string last_collective();
   [[noreturn]] void abort_job(const std::string& why);
   void leave();
   std::chrono::milliseconds heartbeat() const;
   std::chrono::milliseconds dead_after() const;
 
-  LaunchEnv env_;
+  launch::LaunchEnv env_;
   CommOptions options_;
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000)); }
+  std::chrono::milliseconds connect_timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(options_.connect_timeout_s * 1000));
+  }
   std::string backend_;
   int cuda_device_ = -1;
-  std::unique_ptr<StoreServer> server_;  // rank 0 only
-  StoreAddress store_address_;
+  std::unique_ptr<launch::StoreServer> server_;  // rank 0 only
+  launch::StoreAddress store_address_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string rank0_last_;  // rank 0's last heartbeat, read by the watchdog (rank 0 hosts the store)
   std::shared_ptr<ProcessGroup> world_;

@@ -56,7 +56,7 @@ std::string Communicator::last_collective() {
              seconds(ago.count()), " before");
 }
 
-void Communicator::publish_progress(StoreClient& store, std::chrono::milliseconds timeout) {
+void Communicator::publish_progress(launch::StoreClient& store, std::chrono::milliseconds timeout) {
   store.set(cat("me/hb/", env_.rank), last_collective(), timeout);
   std::vector<std::pair<std::string, int64_t>> changed;
   {
@@ -75,7 +75,7 @@ void Communicator::publish_progress(StoreClient& store, std::chrono::millisecond
 
 // Ends the job (never returns) when a rank's heartbeat is older than dead_after. Ranks that
 // closed their communicator delete their heartbeat, so they never count.
-void Communicator::check_heartbeats(StoreClient& store, std::chrono::milliseconds timeout) {
+void Communicator::check_heartbeats(launch::StoreClient& store, std::chrono::milliseconds timeout) {
   for (const auto& beat : store.ages("me/hb/", dead_after(), timeout)) {
     const int r = rank_of(beat.key, "me/hb/");
     if (r < 0 || r == env_.rank || r >= env_.world) continue;
@@ -90,7 +90,7 @@ void Communicator::check_heartbeats(StoreClient& store, std::chrono::millisecond
 
 void Communicator::watchdog_loop() {
   // Its own connection: the main thread may be blocked inside the store or a collective.
-  std::unique_ptr<StoreClient> store;
+  std::unique_ptr<launch::StoreClient> store;
   auto answered = SteadyClock::now();  // the store's last answer
   const auto dead = dead_after();
   std::unique_lock<std::mutex> lock(stop_mutex_);
@@ -100,13 +100,13 @@ void Communicator::watchdog_loop() {
     // stopped answering is judged on time; without dead_after, the rendezvous timeout.
     const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - answered);
     const auto timeout = dead.count() > 0 ? std::max(std::chrono::milliseconds(500), dead - silent)
-                                          : options_.connect_timeout;
+                                          : connect_timeout();
     try {
-      if (!store) store = std::make_unique<StoreClient>(store_address_, timeout);
+      if (!store) store = std::make_unique<launch::StoreClient>(store_address_, timeout);
       publish_progress(*store, timeout);
       if (dead.count() > 0) check_heartbeats(*store, timeout);
       answered = SteadyClock::now();
-    } catch (const StoreUnavailable& e) {
+    } catch (const launch::StoreUnavailable& e) {
       const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - answered);
       if (dead.count() > 0 && since >= dead && env_.rank != 0)
         abort_job(cat("rank 0 (", hosts_[0], ") is dead: the rendezvous store it hosts has not answered for ",
@@ -141,11 +141,11 @@ void Communicator::abort_job(const std::string& why) {
 // store up until the others are done too, or dead, within the collective timeout.
 void Communicator::leave() {
   try {
-    StoreClient store(store_address_, std::chrono::seconds(5));
+    launch::StoreClient store(store_address_, std::chrono::seconds(5));
     store.erase(cat("me/hb/", env_.rank), std::chrono::seconds(5));
     store.set(cat("me/left/", env_.rank), "1", std::chrono::seconds(5));
     if (env_.rank != 0) return;
-    const auto started = SteadyClock::now(), deadline = started + options_.timeout;
+    const auto started = SteadyClock::now(), deadline = started + timeout();
     const auto stale = std::max(3 * heartbeat(), std::chrono::milliseconds(1000));
     bool said = false;
     while (SteadyClock::now() < deadline) {
@@ -172,14 +172,14 @@ std::string Communicator::diagnose(const ProcessGroup& group, int64_t seq) {
   const auto hb = heartbeat();
   std::ostringstream os;
   try {
-    StoreClient store(store_address_, std::chrono::seconds(5));
+    launch::StoreClient store(store_address_, std::chrono::seconds(5));
     const auto t = std::chrono::seconds(5);
     // Say we saw it: ranks that failed too are survivors, not the cause.
     store.set(cat("me/failed/", env_.rank), cat(group.name(), " #", seq), t);
     // Let a dead rank's heartbeat go stale before judging it (a peer's death is often seen
     // the moment its socket closes, before its last heartbeat ages).
     std::this_thread::sleep_for(hb * 5 / 2);
-    std::map<int, StoreClient::Aged> beats;
+    std::map<int, launch::StoreClient::Aged> beats;
     for (auto& b : store.ages("me/hb/", std::chrono::milliseconds(0), t)) beats[rank_of(b.key, "me/hb/")] = b;
     for (int r : group.ranks()) {
       if (r == env_.rank || store.check({cat("me/failed/", r)}, t)) continue;

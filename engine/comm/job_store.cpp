@@ -8,7 +8,7 @@ std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; 
 
 }  // namespace
 
-JobStore::JobStore(const StoreAddress& address, std::chrono::milliseconds timeout)
+JobStore::JobStore(const launch::StoreAddress& address, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), client_(address, timeout) {}
 
 #if ME_C10D_STORE_HAS_CLONE
@@ -17,8 +17,8 @@ c10::intrusive_ptr<c10d::Store> JobStore::clone() {
 }
 #endif
 
-store::Frame JobStore::request(store::Op op, std::vector<std::string> fields, int64_t number) {
-  return client_.call(store::Frame{static_cast<uint8_t>(op), number, std::move(fields)}, timeout_);
+launch::store::Frame JobStore::request(launch::store::Op op, std::vector<std::string> fields, int64_t number) {
+  return client_.call(launch::store::Frame{static_cast<uint8_t>(op), number, std::move(fields)}, timeout_);
 }
 
 void JobStore::missing(const std::vector<std::string>& keys, std::chrono::milliseconds waited) const {
@@ -29,12 +29,12 @@ void JobStore::missing(const std::vector<std::string>& keys, std::chrono::millis
 }
 
 void JobStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  request(store::Op::set, {key, text(value)});
+  request(launch::store::Op::set, {key, text(value)});
 }
 
 std::vector<uint8_t> JobStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                           const std::vector<uint8_t>& desired) {
-  return bytes(request(store::Op::compare_set, {key, text(expected), text(desired)}).fields.at(0));
+  return bytes(request(launch::store::Op::compare_set, {key, text(expected), text(desired)}).fields.at(0));
 }
 
 std::vector<uint8_t> JobStore::get(const std::string& key) {
@@ -51,7 +51,7 @@ bool JobStore::deleteKey(const std::string& key) { return client_.erase(key, tim
 
 bool JobStore::check(const std::vector<std::string>& keys) { return client_.check(keys, timeout_); }
 
-int64_t JobStore::getNumKeys() { return request(store::Op::num_keys, {}).number; }
+int64_t JobStore::getNumKeys() { return request(launch::store::Op::num_keys, {}).number; }
 
 void JobStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
@@ -61,13 +61,13 @@ void JobStore::wait(const std::vector<std::string>& keys, const std::chrono::mil
 
 #if ME_C10D_STORE_HAS_EXTENDED_API
 void JobStore::append(const std::string& key, const std::vector<uint8_t>& value) {
-  request(store::Op::append, {key, text(value)});
+  request(launch::store::Op::append, {key, text(value)});
 }
 
 std::vector<std::vector<uint8_t>> JobStore::multiGet(const std::vector<std::string>& keys) {
   wait(keys, timeout_);
-  const auto reply = request(store::Op::multi_get, keys);
-  ME_CHECK(reply.code == static_cast<uint8_t>(store::Reply::ok) && reply.fields.size() == keys.size(),
+  const auto reply = request(launch::store::Op::multi_get, keys);
+  ME_CHECK(reply.code == static_cast<uint8_t>(launch::store::Reply::ok) && reply.fields.size() == keys.size(),
            "rendezvous store: multiGet of ", keys.size(), " keys: a key was deleted while it was read");
   std::vector<std::vector<uint8_t>> out;
   for (const auto& v : reply.fields) out.push_back(bytes(v));
@@ -82,7 +82,7 @@ void JobStore::multiSet(const std::vector<std::string>& keys, const std::vector<
     fields.push_back(keys[i]);
     fields.push_back(text(values[i]));
   }
-  request(store::Op::multi_set, std::move(fields));
+  request(launch::store::Op::multi_set, std::move(fields));
 }
 #endif
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/comm/store_client.h"
+#include "engine/launch/store_client.h"
 #include "engine/core/torch_compat.h"
 
 namespace me::comm {
@@ -18,9 +18,9 @@ class JobStore : public c10d::Store {
  public:
   // Connects within `timeout`, which is also how long get() and wait() wait for a key
   // (c10d's store timeout). Throws StoreUnavailable / me::Error as StoreClient does.
-  JobStore(const StoreAddress& address, std::chrono::milliseconds timeout);
+  JobStore(const launch::StoreAddress& address, std::chrono::milliseconds timeout);
 
-  StoreClient& client() { return client_; }
+  launch::StoreClient& client() { return client_; }
 
 #if ME_C10D_STORE_HAS_CLONE
   // A second connection to the same store, for a thread that must not queue behind this one.
@@ -50,10 +50,10 @@ class JobStore : public c10d::Store {
 #endif
 
  private:
-  store::Frame request(store::Op op, std::vector<std::string> fields, int64_t number = 0);
+  launch::store::Frame request(launch::store::Op op, std::vector<std::string> fields, int64_t number = 0);
   [[noreturn]] void missing(const std::vector<std::string>& keys, std::chrono::milliseconds waited) const;
 
-  StoreClient client_;
+  launch::StoreClient client_;
 };
 
 }  // namespace me::comm

@@ -1,6 +1,6 @@
 #include "engine/comm/nccl_group.h"
 
-#include "engine/comm/bootstrap.h"
+#include "engine/launch/bootstrap.h"
 #include "engine/core/error.h"
 #include "engine/core/format.h"
 #include "engine/core/log.h"
@@ -337,7 +337,7 @@ std::string nccl_version() {
 int select_cuda_device(int local_rank) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
-  const int device = pick_cuda_device(local_rank, count);
+  const int device = launch::pick_cuda_device(local_rank, count);
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
   return device;
 }

@@ -266,6 +266,28 @@ std::string TransformerImpl::global_name(const std::string& local) const {
   return prefix + std::to_string(i + first_layer_) + local.substr(dot);
 }
 
+std::vector<parallel::StateTensor> TransformerImpl::state_tensors(int tp_rank) const {
+  std::vector<parallel::StateTensor> out;
+  for (const auto& p : named_parameters()) {
+    const auto& info = shards_.at(p.key());
+    const std::string global = global_name(p.key());
+    parallel::StateTensor t;
+    t.name = "model." + global;
+    t.tensor = p.value();
+    t.global_shape = info.full_shape;
+    t.dim = info.dim;
+    t.length = info.dim >= 0 ? p.value().size(info.dim) : 0;
+    t.start = info.dim >= 0 ? tp_rank * t.length : 0;
+    t.flat_length = p.value().numel();
+    // The word embedding and the untied output layer hold the padded vocabulary along dim 0.
+    t.padded_vocab = global == "embedding.weight" || global == "output.weight";
+    const bool tied_copy = holds_shared_embedding() && p.key() == "embedding.weight" && !stage_.first();
+    t.save = (info.dim >= 0 || tp_rank == 0) && !tied_copy;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 bool TransformerImpl::holds_shared_embedding() const {
   return cfg_.tie_embeddings && !stage_.whole() && (stage_.first() || stage_.last());
 }

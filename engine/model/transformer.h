@@ -12,6 +12,7 @@
 #include "engine/model/pipeline_stage.h"
 #include "engine/model/transformer_config.h"
 #include "engine/parallel/layers.h"
+#include "engine/parallel/state_tensor.h"
 
 namespace me::model {
 
@@ -126,6 +127,10 @@ class TransformerImpl : public torch::nn::Module {
   // "blocks.7.x"): initialisation is seeded by it, so every layout starts from the same weights;
   // checkpoints name tensors by it.
   std::string global_name(const std::string& local) const;
+  // This rank's parameters as pieces of the whole model's ("model.<global name>"), in
+  // parameters() order, for checkpoints. `save` marks the one copy that is written: tensor-parallel
+  // rank 0's of a replicated parameter, the first stage's of the tied word embedding.
+  std::vector<parallel::StateTensor> state_tensors(int tp_rank) const;
 
  private:
   torch::Tensor embed(const torch::Tensor& tokens);

@@ -6,21 +6,14 @@
 
 namespace me::optim {
 
-void AdamWConfig::validate() const {
-  ME_CHECK(beta1 >= 0 && beta1 < 1, "optimizer.betas[1] must be in [0, 1), got ", beta1);
-  ME_CHECK(beta2 >= 0 && beta2 < 1, "optimizer.betas[2] must be in [0, 1), got ", beta2);
-  ME_CHECK(eps > 0, "optimizer.eps must be positive, got ", eps);
-  ME_CHECK(weight_decay >= 0, "optimizer.weight_decay must be >= 0, got ", weight_decay);
-}
-
 std::vector<ParamGroup> decay_groups(const std::vector<torch::Tensor>& params, double weight_decay) {
   ParamGroup decay{{}, weight_decay}, no_decay{{}, 0.0};
   for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
   return {decay, no_decay};
 }
 
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamWConfig cfg) : groups_(std::move(groups)), cfg_(cfg) {
-  cfg_.validate();
+AdamW::AdamW(std::vector<ParamGroup> groups, OptimizerOptions options) : groups_(std::move(groups)), cfg_(std::move(options)) {
+  cfg_.check();
   for (const auto& g : groups_) {
     exp_avg_.emplace_back();
     exp_avg_sq_.emplace_back();
@@ -35,16 +28,16 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWConfig cfg) : groups_(std::mov
 
 void adamw_update(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
                   std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v, double lr, double weight_decay,
-                  const AdamWConfig& cfg, int64_t step) {
+                  const OptimizerOptions& cfg, int64_t step) {
   if (params.empty()) return;
-  const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(step));
+  const double bc1 = 1.0 - std::pow(cfg.betas[0], static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(cfg.betas[1], static_cast<double>(step));
   // Decoupled decay: shrink the weight itself, not the gradient.
   if (weight_decay != 0.0) at::_foreach_mul_(params, 1.0 - lr * weight_decay);
-  at::_foreach_mul_(m, cfg.beta1);
-  at::_foreach_add_(m, grads, 1.0 - cfg.beta1);
-  at::_foreach_mul_(v, cfg.beta2);
-  at::_foreach_addcmul_(v, grads, grads, 1.0 - cfg.beta2);
+  at::_foreach_mul_(m, cfg.betas[0]);
+  at::_foreach_add_(m, grads, 1.0 - cfg.betas[0]);
+  at::_foreach_mul_(v, cfg.betas[1]);
+  at::_foreach_addcmul_(v, grads, grads, 1.0 - cfg.betas[1]);
   auto denom = at::_foreach_sqrt(v);
   at::_foreach_div_(denom, std::sqrt(bc2));
   at::_foreach_add_(denom, cfg.eps);

@@ -5,15 +5,9 @@
 
 #include <vector>
 
-namespace me::optim {
+#include "engine/optim/optimizer_options.h"
 
-struct AdamWConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.01;
-  void validate() const;  // throws me::Error naming the optimizer field
-};
+namespace me::optim {
 
 struct ParamGroup {
   std::vector<torch::Tensor> params;
@@ -26,14 +20,14 @@ struct ParamGroup {
 // MasterOptimizer.
 void adamw_update(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
                   std::vector<torch::Tensor>& m, std::vector<torch::Tensor>& v, double lr, double weight_decay,
-                  const AdamWConfig& cfg, int64_t step);
+                  const OptimizerOptions& options, int64_t step);
 
 // Megatron's rule: matrices and embeddings decay; biases and norm weights (1-D) do not.
 std::vector<ParamGroup> decay_groups(const std::vector<torch::Tensor>& params, double weight_decay);
 
 class AdamW {
  public:
-  AdamW(std::vector<ParamGroup> groups, AdamWConfig cfg);
+  AdamW(std::vector<ParamGroup> groups, OptimizerOptions options);  // betas and eps used
 
   // One update at learning rate `lr`; parameters without a gradient are left alone.
   void step(double lr);
@@ -43,7 +37,7 @@ class AdamW {
 
  private:
   std::vector<ParamGroup> groups_;
-  AdamWConfig cfg_;
+  OptimizerOptions cfg_;
   std::vector<std::vector<torch::Tensor>> exp_avg_, exp_avg_sq_;  // per group, per param
   int64_t step_ = 0;
 };

@@ -18,14 +18,12 @@ std::vector<torch::Tensor> as_fp32(const std::vector<torch::Tensor>& grads) {
 }  // namespace
 
 MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads,
-                                 FlatLayout layout, OptimizerConfig cfg, comm::ProcessGroup* model_parallel,
+                                 parallel::FlatLayout layout, OptimizerConfig cfg, comm::ProcessGroup* model_parallel,
                                  comm::ProcessGroup* dp, const torch::Tensor& flat_params)
     : params_(std::move(params)), flat_grads_(flat_grads), flat_params_(flat_params), layout_(std::move(layout)),
       cfg_(cfg), model_parallel_(model_parallel && model_parallel->size() > 1 ? model_parallel : nullptr),
       dp_(dp && dp->size() > 1 ? dp : nullptr) {
-  ME_CHECK(cfg_.kind == "adamw" || cfg_.kind == "sgd", "optimizer kind '", cfg_.kind, "': expected adamw or sgd");
-  ME_CHECK(cfg_.clip >= 0, "optimizer.clip must be >= 0 (0 turns clipping off), got ", cfg_.clip);
-  cfg_.adam.validate();
+  cfg_.options.check();
   ME_CHECK(layout_.offsets.size() == params_.size() && layout_.numel == flat_grads_.numel(),
            "optimizer: the flat layout does not match the parameters and the gradient buffer");
   const bool shard = sharded();
@@ -43,7 +41,7 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
   for (const auto& r : shard_)
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& p = params_[i].param;
-      const auto part = FlatRange{layout_.offsets[i], p.numel()}.within(r);
+      const auto part = parallel::FlatRange{layout_.offsets[i], p.numel()}.within(r);
       if (part.length == 0) continue;
       Segment s{i, part.start - layout_.offsets[i], part.length, {}, {}, {}, {}};
       auto model = p.detach().reshape({-1}).narrow(0, s.start, s.length);
@@ -51,10 +49,10 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
       s.master = p.scalar_type() == torch::kFloat ? model : model.to(torch::kFloat);
       s.grad = flat_grads_.narrow(0, part.start, s.length);
       s.m = torch::zeros_like(s.master);
-      if (cfg_.kind == "adamw") s.v = torch::zeros_like(s.master);
+      if (cfg_.options.kind == "adamw") s.v = torch::zeros_like(s.master);
       segments_.push_back(std::move(s));
     }
-  const int64_t per_elem = cfg_.kind == "adamw" ? 8 : 4;  // moments
+  const int64_t per_elem = cfg_.options.kind == "adamw" ? 8 : 4;  // moments
   const bool own_masters = !params_.empty() && params_.front().param.scalar_type() != torch::kFloat;
   int64_t held = 0;
   for (const auto& s : segments_) held += s.length;
@@ -63,13 +61,13 @@ MasterOptimizer::MasterOptimizer(std::vector<MasterParam> params, const torch::T
 }
 
 void MasterOptimizer::make_fused() {
-  if (fused_ || cfg_.kind != "adamw" || !kernels::use(kernels::Op::adamw, flat_grads_)) return;
+  if (fused_ || cfg_.options.kind != "adamw" || !kernels::use(kernels::Op::adamw, flat_grads_)) return;
   std::vector<kernels::MultiTensorAdamW::Entry> entries;
   fused_writes_model_ = true;
   for (auto& s : segments_) {
     const auto& p = params_[s.param].param;
     kernels::MultiTensorAdamW::Entry e{s.master, s.grad, s.m, s.v, {},
-                                       params_[s.param].decay ? cfg_.adam.weight_decay : 0.0,
+                                       params_[s.param].decay ? cfg_.options.weight_decay : 0.0,
                                        params_[s.param].count_in_norm};
     if (p.scalar_type() == torch::kBFloat16) e.model = p.detach().view({-1}).narrow(0, s.start, s.length);
     else if (p.scalar_type() != torch::kFloat) fused_writes_model_ = false;  // fp16: LibTorch's copy
@@ -100,18 +98,18 @@ double MasterOptimizer::global_norm() {
 
 void MasterOptimizer::update(double lr, double clip) {
   ++steps_;
-  if (cfg_.kind == "sgd") {  // SGD with momentum; weight decay added to the gradient
+  if (cfg_.options.kind == "sgd") {  // SGD with momentum; weight decay added to the gradient
     for (auto& s : segments_) {
-      const double wd = params_[s.param].decay ? cfg_.adam.weight_decay : 0.0;
+      const double wd = params_[s.param].decay ? cfg_.options.weight_decay : 0.0;
       auto g = s.grad.to(torch::kFloat) * clip;
       if (wd != 0.0) g.add_(s.master, wd);
-      s.m.mul_(cfg_.momentum).add_(g);
+      s.m.mul_(cfg_.options.momentum).add_(g);
       s.master.add_(s.m, -lr);
     }
     return;
   }
   if (fused_) {  // engine/kernels: every tensor in one launch, clipping and write-back included
-    fused_->step(lr, cfg_.adam.beta1, cfg_.adam.beta2, cfg_.adam.eps, steps_, clip);
+    fused_->step(lr, cfg_.options.betas[0], cfg_.options.betas[1], cfg_.options.eps, steps_, clip);
     return;
   }
   // AdamW: on a GPU one fused kernel per weight-decay class, with the clipping folded in as a
@@ -132,13 +130,13 @@ void MasterOptimizer::update(double lr, double clip) {
       v.push_back(s.v);
     }
     if (p.empty()) continue;  // a distributed-optimizer shard may hold no tensor of this class
-    const double wd = decay ? cfg_.adam.weight_decay : 0.0;
+    const double wd = decay ? cfg_.options.weight_decay : 0.0;
     auto g32 = as_fp32(g);  // widened once; the fallback clips these fp32 tensors in place
-    if (compat::fused_adamw(p, g32, m, v, step_count_, lr, cfg_.adam.beta1, cfg_.adam.beta2, wd, cfg_.adam.eps,
+    if (compat::fused_adamw(p, g32, m, v, step_count_, lr, cfg_.options.betas[0], cfg_.options.betas[1], wd, cfg_.options.eps,
                             grad_divisor_))
       continue;
     if (clip != 1.0) at::_foreach_mul_(g32, clip);
-    adamw_update(p, g32, m, v, lr, wd, cfg_.adam, steps_);
+    adamw_update(p, g32, m, v, lr, wd, cfg_.options, steps_);
   }
 }
 
@@ -185,11 +183,27 @@ void MasterOptimizer::wait_params() {
   gathers_.clear();
 }
 
-std::vector<MasterOptimizer::SegmentState> MasterOptimizer::segment_states() const {
-  std::vector<SegmentState> out;
-  for (const auto& s : segments_)
-    out.push_back({s.param, s.start, s.length, s.master, s.m, s.v,
-                   params_[s.param].param.scalar_type() != torch::kFloat});
+std::vector<parallel::StateTensor> MasterOptimizer::state_tensors(const std::vector<parallel::StateTensor>& params) const {
+  const bool adamw = cfg_.options.kind == "adamw";
+  const bool dp_first = dp_ == nullptr || dp_->rank() == 0;
+  std::vector<parallel::StateTensor> out;
+  for (const auto& s : segments_) {
+    auto base = params.at(s.param);
+    ME_CHECK(base.name.rfind("model.", 0) == 0, "optimizer state: parameter piece '", base.name, "' is not named model.*");
+    const std::string global = base.name.substr(6);
+    base.flat_start = s.start;
+    base.flat_length = s.length;
+    base.save = params_[s.param].count_in_norm && (sharded() || dp_first);
+    auto add = [&](const char* kind, const torch::Tensor& tensor) {
+      auto t = base;
+      t.name = std::string(kind) + "." + global;
+      t.tensor = tensor;
+      out.push_back(std::move(t));
+    };
+    if (params_[s.param].param.scalar_type() != torch::kFloat) add("master", s.master);
+    add(adamw ? "exp_avg" : "momentum", s.m);
+    if (adamw) add("exp_avg_sq", s.v);
+  }
   return out;
 }
 
@@ -199,7 +213,7 @@ double MasterOptimizer::step(double lr) {
   make_fused();
   const double norm = global_norm();
   if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
-  update(lr, cfg_.clip > 0 && norm > cfg_.clip ? cfg_.clip / (norm + 1e-6) : 1.0);
+  update(lr, cfg_.options.clip > 0 && norm > cfg_.options.clip ? cfg_.options.clip / (norm + 1e-6) : 1.0);
   write_back();
   return norm;
 }

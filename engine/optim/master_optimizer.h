@@ -1,7 +1,7 @@
 // The optimizer over fp32 master weights, as Megatron's mixed-precision and distributed
 // optimizers arrange it. Masters are the fp32 parameters themselves (fp32 training), fp32
 // copies (bf16 training), or with the distributed optimizer (ZeRO-1) only this data-parallel
-// rank's shard of all of them (its piece of every gradient bucket, see FlatLayout), with the
+// rank's shard of all of them (its piece of every gradient bucket, see parallel::FlatLayout), with the
 // Adam state of that shard alone.
 #pragma once
 #include <torch/torch.h>
@@ -15,7 +15,8 @@
 #include "engine/core/side_stream.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/optim/adamw.h"
-#include "engine/optim/flat_layout.h"
+#include "engine/parallel/state_tensor.h"
+#include "engine/parallel/flat_layout.h"
 
 namespace me::optim {
 
@@ -27,11 +28,10 @@ struct MasterParam {
   bool count_in_norm = true;
 };
 
+// The recipe's optimizer section, and how it is laid over data parallelism (the parallel section's
+// distributed_optimizer and overlap_param_gather).
 struct OptimizerConfig {
-  std::string kind = "adamw";  // adamw | sgd
-  AdamWConfig adam;
-  double momentum = 0.9;       // sgd
-  double clip = 1.0;           // global-norm clipping; 0 turns it off
+  OptimizerOptions options;
   bool distributed = false;    // shard masters and state over the data-parallel group
   // distributed: step() returns with the updated parameters' all-gathers still running (on a
   // side stream on the GPU); wait_for / wait_params before reading a parameter
@@ -45,7 +45,7 @@ class MasterOptimizer {
   // (GradBuffer::adopt_params) holds the parameters in the same layout, so that the updated
   // shards are all-gathered in place. model_parallel (the TP x PP ranks holding one copy of the
   // model, over which the gradient norm is summed) and dp may be null.
-  MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads, FlatLayout layout,
+  MasterOptimizer(std::vector<MasterParam> params, const torch::Tensor& flat_grads, parallel::FlatLayout layout,
                   OptimizerConfig cfg, comm::ProcessGroup* model_parallel, comm::ProcessGroup* dp,
                   const torch::Tensor& flat_params = {});
 
@@ -63,18 +63,13 @@ class MasterOptimizer {
   int64_t state_bytes() const { return state_bytes_; }
   int64_t unsharded_state_bytes() const { return unsharded_bytes_; }
 
-  // For checkpoints: each master segment (a whole parameter, or its piece inside this rank's
-  // shard, `start`/`length` within the flattened parameter) with its fp32 master and state
-  // (adamw: m, v = the moments; sgd: m = the momentum). `own_master`: the master is a copy
-  // (bf16/fp16 training), not a view of the parameter itself. Writing into these tensors
-  // changes the optimizer's state (a load).
-  struct SegmentState {
-    size_t param;
-    int64_t start, length;
-    torch::Tensor master, m, v;
-    bool own_master;
-  };
-  std::vector<SegmentState> segment_states() const;
+  // For checkpoints: this rank's fp32 masters (when they are copies, not the bf16/fp16 parameters
+  // themselves) and optimizer state (adamw: exp_avg, exp_avg_sq; sgd: momentum), each a piece of
+  // its parameter's slice (its segment inside this rank's shard under the distributed optimizer).
+  // `params`: the model's pieces (Transformer::state_tensors), one per parameter in this
+  // optimizer's order, named "model.<global name>". Writing into the returned tensors changes
+  // the optimizer's state (a load).
+  std::vector<parallel::StateTensor> state_tensors(const std::vector<parallel::StateTensor>& params) const;
   int64_t steps() const { return steps_; }  // updates applied (Adam's bias correction counts them)
   void set_steps(int64_t steps) { steps_ = steps; }
 
@@ -88,7 +83,7 @@ class MasterOptimizer {
 
   std::vector<MasterParam> params_;
   torch::Tensor flat_grads_, flat_params_;
-  FlatLayout layout_;
+  parallel::FlatLayout layout_;
   OptimizerConfig cfg_;
   comm::ProcessGroup *model_parallel_, *dp_;
   // One entry per master tensor: a whole parameter, or the piece of it inside this shard.
@@ -98,7 +93,7 @@ class MasterOptimizer {
     torch::Tensor master, grad, m, v;
   };
   std::vector<Segment> segments_;
-  std::vector<FlatRange> shard_;  // the ranges of the flat buffers this rank updates
+  std::vector<parallel::FlatRange> shard_;  // the ranges of the flat buffers this rank updates
   int64_t steps_ = 0;
   torch::Tensor step_count_, grad_divisor_;  // device scalars for LibTorch's fused AdamW kernel
   // engine/kernels' multi-tensor norm and AdamW (GPU, adamw): made at the first step; when it

@@ -33,7 +33,7 @@ class WeightGradQueue {
   std::deque<std::vector<std::function<void()>>> batches_;
 };
 
-// Where weight gradients go (train::GradBuffer implements it).
+// Where weight gradients go (parallel::GradBuffer implements it).
 class MainGradSink {
  public:
   virtual ~MainGradSink() = default;

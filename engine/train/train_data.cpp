@@ -22,7 +22,7 @@ std::unique_ptr<data::Tokenizer> load_tokenizer(const data::TokenizerSpec& spec)
 #endif
 }
 
-data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t seed) {
+data::GPTDataConfig gpt_data_config(const config::DataSpec& spec, int64_t seq, uint64_t seed) {
   data::GPTDataConfig c;
   c.blend = spec.blend;
   c.split = spec.split;
@@ -33,7 +33,7 @@ data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t 
   return c;
 }
 
-void set_eod_mask(const DataSpec& spec, const data::Tokenizer* tokenizer, data::LoaderOptions& options) {
+void set_eod_mask(const config::DataSpec& spec, const data::Tokenizer* tokenizer, data::LoaderOptions& options) {
   options.eod_mask_loss = spec.eod_mask_loss;
   if (!spec.eod_mask_loss) return;
   ME_CHECK(tokenizer, "data.eod_mask_loss needs data.tokenizer, for its end-of-document id");
@@ -50,7 +50,7 @@ double modified(const std::string& path) {
 }
 
 // Rank 0: data.source -> data.prefix .bin/.idx, unless they are already newer than the source.
-void preprocess_source(const DataSpec& d, const data::Tokenizer* tokenizer) {
+void preprocess_source(const config::DataSpec& d, const data::Tokenizer* tokenizer) {
   const std::string& prefix = d.blend.at(0).second;
   const double source_time = modified(d.source);
   ME_CHECK(source_time >= 0, "data.source '", d.source, "' does not exist");
@@ -76,7 +76,7 @@ void preprocess_source(const DataSpec& d, const data::Tokenizer* tokenizer) {
 
 }  // namespace
 
-TrainData::TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout layout)
+TrainData::TrainData(const config::Recipe& spec, comm::Communicator* comm, DataLayout layout)
     : kind_(spec.data.kind), layout_(layout), rng_(spec.seed), seed_(spec.seed), vocab_limit_(spec.model.vocab) {
   const auto& d = spec.data;
   const int64_t seq = spec.model.seq;

@@ -12,7 +12,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/data/byte_text.h"
 #include "engine/data/gpt_loader.h"
-#include "engine/train/run_spec.h"
+#include "engine/config/recipe.h"
 
 namespace me::train {
 
@@ -27,11 +27,11 @@ struct DataLayout {
 std::unique_ptr<data::Tokenizer> load_tokenizer(const data::TokenizerSpec& spec);
 
 // What a me.data.gpt{} spec means to the sample-index builder, for samples of seq + 1 tokens.
-data::GPTDataConfig gpt_data_config(const DataSpec& spec, int64_t seq, uint64_t seed);
+data::GPTDataConfig gpt_data_config(const config::DataSpec& spec, int64_t seq, uint64_t seed);
 
 // data.eod_mask_loss into loader options: the end-of-document id comes from the tokenizer
 // (me::Error naming data.tokenizer when there is none).
-void set_eod_mask(const DataSpec& spec, const data::Tokenizer* tokenizer, data::LoaderOptions& options);
+void set_eod_mask(const config::DataSpec& spec, const data::Tokenizer* tokenizer, data::LoaderOptions& options);
 
 class TrainData {
  public:
@@ -40,7 +40,7 @@ class TrainData {
   // Every batch of .bin/.idx data is checked on the host against spec.model.vocab as it is cut:
   // a token id outside it is a me::Error naming the .bin file, the document, the id and the
   // vocabulary (data::LoaderOptions::vocab_limit).
-  TrainData(const RunSpec& spec, comm::Communicator* comm, DataLayout layout);
+  TrainData(const config::Recipe& spec, comm::Communicator* comm, DataLayout layout);
   ~TrainData();
 
   // This rank's share of the next global batch: [accumulation x micro, seq] tokens and labels.

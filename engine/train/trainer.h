@@ -5,7 +5,7 @@
 // the scheduled learning rate and writes the weights back. Tensor-parallel ranks and pipeline
 // stages see the same batches.
 //
-// A Trainer is built in named steps, in this order (trainer.cpp): the spec is validated; the
+// A Trainer is built in named steps, in this order (trainer_build.cpp): the spec is validated; the
 // ranks connect (communicator and parallel groups); the batch plan is made (global batch,
 // accumulation, iterations); the data opens; the model is built on this rank's pipeline stage
 // and tensor-parallel slice; the optimizer gets its master weights and gradient buffer; the
@@ -22,10 +22,12 @@
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/master_optimizer.h"
 #include "engine/parallel/symmetric_slots.h"
-#include "engine/train/grad_buffer.h"
+#include "engine/parallel/finalize_grads.h"
+#include "engine/parallel/grad_buffer.h"
 #include "engine/train/log_record.h"
+#include "engine/train/progress_log.h"
 #include "engine/train/pipeline.h"
-#include "engine/train/run_spec.h"
+#include "engine/config/recipe.h"
 #include "engine/train/train_data.h"
 
 namespace me::train {
@@ -57,46 +59,9 @@ struct BatchPlan {
   int64_t global = 0, accumulation = 1, iters = 0;
 };
 
-// The steps between two progress lines. Their losses stay on the device until the line is
-// written: reading each one would make the host wait for every step's end before queueing the
-// next.
-class LogWindow {
- public:
-  // A step: its loss (on the device), whether it was skipped, its time and the part of it
-  // spent waiting for other ranks.
-  void add(const torch::Tensor& loss, bool skipped, double ms, double waited_ms);
-  // Reads the window's losses back, appends them to `all`, and returns the mean loss of the
-  // steps that were not skipped (the last loss when all were); empties the window.
-  double close(std::vector<double>& all);
-  double ms_per_step() const { return ms_per_step_; }  // of the window last closed
-  double waited_ms() const { return closed_waited_ms_; }  // its total time waiting for ranks
-  int64_t steps_closed() const { return steps_closed_; }
-
- private:
-  std::vector<torch::Tensor> losses_;
-  std::vector<bool> skipped_;
-  double ms_ = 0, ms_per_step_ = 0, waited_ms_ = 0, closed_waited_ms_ = 0;
-  int64_t steps_closed_ = 0;
-};
-
-// Times the phases of a step (train.profile_phases): mark(p) charges the time since the last
-// mark to phase p, synchronising the GPU first so the phases do not overlap.
-class PhaseTimer {
- public:
-  PhaseTimer(bool on, bool cuda) : on_(on), cuda_(cuda) {}
-  void start();
-  void mark(Phase phase);
-  PhaseTimes take(int64_t steps);  // mean ms per step since the last take, and restart
-
- private:
-  bool on_, cuda_;
-  PhaseTimes total_;
-  double last_ = 0;
-};
-
 class Trainer {
  public:
-  explicit Trainer(RunSpec spec);
+  explicit Trainer(config::Recipe spec);
   ~Trainer();
 
   StepResult step();  // one step, its loss read back
@@ -110,7 +75,7 @@ class Trainer {
   std::string sample(const std::string& prompt, int64_t tokens, int64_t top_k, double temperature);
 
   model::Transformer& model() { return model_; }
-  const RunSpec& spec() const { return spec_; }
+  const config::Recipe& spec() const { return spec_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return data_->consumed_samples(); }
   TrainData& data() { return *data_; }
@@ -130,6 +95,9 @@ class Trainer {
 
  private:
   StepResult run_step();  // step_async's work; step_async turns CUDA's out-of-memory into a report
+  std::pair<torch::Tensor, torch::Tensor> next_batch();  // tokens and labels on the device
+  double loss_scale() const;                             // fp16's current scale, else 1
+  PipelineSchedule::Hooks pipeline_hooks();
   // The constructor's steps, in order.
   void connect();
   void plan_batches();
@@ -143,18 +111,18 @@ class Trainer {
   // Checkpoints at step boundaries (trainer_checkpoint.cpp).
   void load_state(checkpoint::CheckpointReader& reader);
   void save_checkpoint();
-  // The per-step agreement of every rank: a stop signal, and whether a save is still being
-  // written; one small all-reduce issued before the optimizer step, read after it.
-  void start_control();
-  void read_control();
   // Commits, saves and stops as agreed; returns the exit status to stop with, or -1.
   int after_step(Summary& s);
   void finish_checkpoints();
 
-  // Health (trainer_health.cpp): non-finite gradients, stragglers, time left, test facilities.
+  // Health (trainer_health.cpp): non-finite gradients, stragglers, time left, the stop control
+  // (every rank's stop signal and save state, agreed at each step), test faults.
+  void start_control();
+  void read_control();
+  bool accept_update(double grad_norm);  // the non-finite policy; false: the update was skipped
   int rank() const;
-  void test_slow_rank() const;
-  void test_inject_nan();
+  void test_faults_before_step() const;
+  void test_faults_after_backward();
   void report_non_finite(double norm);
   void after_non_finite(double norm);
   void measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps);
@@ -163,11 +131,10 @@ class Trainer {
   void log_start() const;
   LogRecord close_window(LogWindow& window, const StepResult& r, Summary& s);
   void finish_run(Summary& s, double total_ms);
-  void log_line(const LogRecord& r) const;
   bool is_logging_rank() const;
   double step_lr() const;
 
-  RunSpec spec_;
+  config::Recipe spec_;
   torch::Device device_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<comm::ParallelGroups> groups_;
@@ -177,18 +144,16 @@ class Trainer {
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<parallel::SymmetricSlots> tp_slots_;  // parallel.tp_symmetric_mb > 0
   model::Transformer model_{nullptr};
-  std::unique_ptr<GradBuffer> grads_;
+  std::unique_ptr<parallel::GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
   std::unique_ptr<PipelineSchedule> pipeline_;
   std::vector<torch::Tensor> params_;
-  std::vector<size_t> sequence_parallel_params_;
-  int64_t shared_embedding_param_ = -1;  // index of the tied word embedding shared by pipeline stages
+  parallel::SharedGradients shared_grads_;  // gradients summed beyond data parallelism (finalize_grads)
   int64_t iteration_ = 0, skipped_ = 0, nan_ = 0;
   double flops_per_iteration_ = 0;
   torch::Tensor last_loss_;
   PhaseTimer phases_;
-  std::vector<bool> saves_param_;  // per parameter: this rank's copy is the one saved (no replica)
   std::unique_ptr<checkpoint::CheckpointSaver> saver_;  // checkpoint.dir set
   std::string resume_from_;        // the iteration directory to resume from; "" if none
   int64_t resume_consumed_ = 0;    // its consumed samples, where the data starts

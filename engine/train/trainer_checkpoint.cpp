@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "engine/checkpoint/hf_convert.h"
+#include "engine/hf/convert.h"
 #include "engine/core/format.h"
 #include "engine/core/error.h"
 #include "engine/core/files.h"
@@ -20,11 +20,6 @@ using checkpoint::StateTensor;
 
 namespace {
 
-// The word embedding and the untied output layer hold the padded vocabulary along dim 0.
-bool holds_padded_vocab(const std::string& global) { return global == "embedding.weight" || global == "output.weight"; }
-
-
-
 const char* signal_label(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
 }  // namespace
@@ -32,48 +27,12 @@ const char* signal_label(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == S
 // ---- what is saved -----------------------------------------------------------------------
 
 std::vector<StateTensor> Trainer::state_tensors() const {
-  const int tp_rank = groups_ ? groups_->tp->rank() : 0;
-  const bool dp_first = plan_.dp_rank == 0;
-  const bool sharded = spec_.parallel.distributed_optimizer && plan_.dp > 1;
-  const auto named = model_->named_parameters();
-  // A parameter's piece of the global tensor: its tensor-parallel slice, whole inside it.
-  auto piece_of = [&](size_t i) {
-    const auto& p = named[i].value();
-    const auto& info = model_->shards().at(named[i].key());
-    StateTensor t;
-    t.global_shape = info.full_shape;
-    t.dim = info.dim;
-    t.length = info.dim >= 0 ? p.size(info.dim) : 0;
-    t.start = info.dim >= 0 ? tp_rank * t.length : 0;
-    t.flat_length = p.numel();
-    t.padded_vocab = holds_padded_vocab(model_->global_name(named[i].key()));
-    return t;
-  };
-  std::vector<StateTensor> out;
-  for (size_t i = 0; i < named.size(); ++i) {
-    auto t = piece_of(i);
-    t.name = "model." + model_->global_name(named[i].key());
-    t.tensor = named[i].value();
-    t.save = saves_param_[i] && dp_first;
-    out.push_back(std::move(t));
-  }
-  const bool adamw = spec_.optim.kind == "adamw";
-  for (const auto& seg : optimizer_->segment_states()) {
-    auto base = piece_of(seg.param);
-    base.flat_start = seg.start;
-    base.flat_length = seg.length;
-    base.save = saves_param_[seg.param] && (sharded || dp_first);
-    const std::string global = model_->global_name(named[seg.param].key());
-    auto add = [&](const std::string& kind, const torch::Tensor& tensor) {
-      auto t = base;
-      t.name = kind + "." + global;
-      t.tensor = tensor;
-      out.push_back(std::move(t));
-    };
-    if (seg.own_master) add("master", seg.master);
-    add(adamw ? "exp_avg" : "momentum", seg.m);
-    if (adamw) add("exp_avg_sq", seg.v);
-  }
+  // The model's pieces and the optimizer's state over them (its masters and moments), saved by
+  // the first data-parallel rank unless the distributed optimizer shards them.
+  auto out = model_->state_tensors(groups_ ? groups_->tp->rank() : 0);
+  auto optimizer = optimizer_->state_tensors(out);
+  for (auto& t : out) t.save = t.save && plan_.dp_rank == 0;
+  out.insert(out.end(), std::make_move_iterator(optimizer.begin()), std::make_move_iterator(optimizer.end()));
   // The generators' states: every rank's are the same (nothing draws per rank), rank 0 saves.
   const bool rank0 = !comm_ || comm_->rank() == 0;
   for (const auto& [name, state] : {std::pair{"rng.cpu", compat::cpu_rng_state()}, {"rng.cuda", compat::cuda_rng_state()}}) {
@@ -136,7 +95,7 @@ void Trainer::find_checkpoint() {
     saver_ = std::make_unique<checkpoint::CheckpointSaver>(o, comm_.get());
   }
   if (resume_from_.empty() && c.load.rfind("hf:", 0) == 0) {  // Hugging Face weights, converted once
-    resume_from_ = checkpoint::hf::import_hf_for_run(c.load.substr(3), spec_.model, c.dir, rank0 ? 0 : comm_->rank(),
+    resume_from_ = hf::import_hf_for_run(c.load.substr(3), spec_.model, c.dir, rank0 ? 0 : comm_->rank(),
                                                      comm_ ? comm_->world_size() : 1, [this] { comm_->world()->barrier(); });
   } else if (resume_from_.empty() && !c.load.empty()) {
     resume_from_ = checkpoint::resolve_iteration_dir(c.load);
@@ -227,24 +186,6 @@ void Trainer::save_checkpoint() {
   optimizer_->wait_params();  // the distributed optimizer's all-gathers, when still in flight
   saver_->save(state_tensors(), checkpoint_metadata());
   last_saved_ = iteration_;
-}
-
-void Trainer::start_control() {
-  const int sig = StopSignals::received();
-  const bool writing = saver_ && saver_->writing();
-  if (!comm_ || comm_->world_size() == 1) {
-    agreed_ = {sig, writing};
-    return;
-  }
-  control_ = torch::tensor({sig, writing ? 1 : 0}, torch::kInt).to(device_);
-  comm_->world()->all_reduce(control_, comm::ReduceOp::max);
-}
-
-void Trainer::read_control() {
-  if (!control_.defined()) return;
-  const auto c = control_.to(torch::kCPU);
-  agreed_ = {c[0].item<int>(), c[1].item<int>() != 0};
-  control_ = torch::Tensor();
 }
 
 int Trainer::after_step(Summary& s) {

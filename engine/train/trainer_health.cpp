@@ -1,6 +1,6 @@
 // What the trainer watches besides the loss: steps whose gradient is not finite (which
-// parameter, on which rank; train.nan_policy), ranks slower than the others (stragglers), and
-// the time left. Also the test facilities that provoke them (documented in docs/testing.md):
+// parameter, on which rank; train.nan_policy), ranks slower than the others (stragglers), the
+// time left, and the stop control every rank agrees on at each step. Also the test facilities that provoke them (documented in docs/testing.md):
 //   ME_TEST_NAN_AT=K:R     at iteration K, the gradient of rank R's last parameter becomes NaN
 //                          (on every rank holding the same model piece as R, so that data-
 //                          parallel ranks agree)
@@ -15,6 +15,7 @@
 #include "engine/core/error.h"
 #include "engine/core/exit_status.h"
 #include "engine/core/log.h"
+#include "engine/core/stop_signals.h"
 #include "engine/train/trainer.h"
 
 namespace me::train {
@@ -37,14 +38,39 @@ std::pair<int64_t, int64_t> env_pair(const char* name) {
 
 }  // namespace
 
+// ---- stop control ----------------------------------------------------------------------------
+
+// The per-step agreement of every rank: the largest stop signal any rank received, and whether
+// some rank is still writing its part of a save; one small all-reduce issued before the
+// optimizer step and read after it, so that every rank stops or commits at the same step.
+void Trainer::start_control() {
+  const int sig = StopSignals::received();
+  const bool writing = saver_ && saver_->writing();
+  if (!comm_ || comm_->world_size() == 1) {
+    agreed_ = {sig, writing};
+    return;
+  }
+  control_ = torch::tensor({sig, writing ? 1 : 0}, torch::kInt).to(device_);
+  comm_->world()->all_reduce(control_, comm::ReduceOp::max);
+}
+
+void Trainer::read_control() {
+  if (!control_.defined()) return;
+  const auto c = control_.to(torch::kCPU);
+  agreed_ = {c[0].item<int>(), c[1].item<int>() != 0};
+  control_ = torch::Tensor();
+}
+
+// ---- test faults -----------------------------------------------------------------------------
+
 int Trainer::rank() const { return comm_ ? comm_->rank() : 0; }
 
-void Trainer::test_slow_rank() const {
+void Trainer::test_faults_before_step() const {
   static const auto slow = env_pair("ME_TEST_SLOW_RANK");
   if (slow.first == rank() && slow.second > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow.second));
 }
 
-void Trainer::test_inject_nan() {
+void Trainer::test_faults_after_backward() {
   static const auto at = env_pair("ME_TEST_NAN_AT");
   if (at.first != iteration_ + 1 || params_.empty()) return;
   // Every rank holding the same piece of the model as rank R (its data-parallel peers too).
@@ -83,6 +109,23 @@ void Trainer::report_non_finite(double norm) {
             first.empty() ? std::string("in none of the parameters (the loss?)") : cat(first, " on rank ", first_rank, host),
             where.empty() ? "" : cat(" (non-finite gradients on rank", all.size() > 1 ? "s " : " ", where, ")"),
             "; the update was skipped (", consecutive_nan_, " in a row, train.nan_policy = ", spec_.train.nan_policy, ")");
+}
+
+// The optimizer skipped the update when the gradient norm was not finite (it would poison the
+// weights and every later step): counted, reported, and the run stopped after
+// train.max_consecutive_nan in a row under nan_policy = stop. fp16's overflows are expected now
+// and then: the loss scaler backs off, no warning. Returns whether the update was applied.
+bool Trainer::accept_update(double grad_norm) {
+  const bool finite = std::isfinite(grad_norm);
+  if (scaler_) scaler_->update(!finite);
+  if (finite) {
+    consecutive_nan_ = 0;
+    return true;
+  }
+  ++skipped_;
+  if (std::isnan(grad_norm)) ++nan_;
+  if (!scaler_) after_non_finite(grad_norm);
+  return false;
 }
 
 // The step after a non-finite gradient: counts it and decides whether the run stops

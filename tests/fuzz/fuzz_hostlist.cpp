@@ -4,17 +4,17 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/comm/hostlist.h"
+#include "engine/launch/hostlist.h"
 #include "engine/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string spec(reinterpret_cast<const char*>(data), size);
   try {
-    const auto hosts = me::comm::expand_hostlist(spec);
+    const auto hosts = me::launch::expand_hostlist(spec);
     if (hosts.empty()) std::abort();  // a list that parses names at least one host
     for (const auto& h : hosts)
       if (h.find_first_of(",[]") != std::string::npos) std::abort();  // syntax never leaks into a name
-    if (me::comm::first_host(spec) != hosts.front()) std::abort();
+    if (me::launch::first_host(spec) != hosts.front()) std::abort();
   } catch (const me::Error&) {
   }
   return 0;

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <string>
 
-#include "engine/comm/store_protocol.h"
+#include "engine/launch/store_protocol.h"
 #include "engine/core/error.h"
 
-using namespace me::comm::store;
+using namespace me::launch::store;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   StoreState state;

@@ -10,13 +10,13 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/comm/socket_util.h"
-#include "engine/comm/store_client.h"
-#include "engine/comm/store_protocol.h"
+#include "engine/launch/socket_util.h"
+#include "engine/launch/store_client.h"
+#include "engine/launch/store_protocol.h"
 
 namespace {
 
-using namespace me::comm;
+using namespace me::launch;
 
 int without_token(const std::string& host, int port) {
   const auto deadline = net::Clock::now() + std::chrono::seconds(5);

@@ -1,7 +1,7 @@
 // The Lua host from C++: chunks, errors with positions and tracebacks, argument checks.
 #include <catch2/catch.hpp>
 
-#include "bindings/lua_host.h"
+#include "bindings/lua/lua_host.h"
 
 using me::lua::LuaHost;
 

@@ -2,12 +2,12 @@
 
 #include <map>
 
-#include "engine/comm/bootstrap.h"
+#include "engine/launch/bootstrap.h"
 
-using me::comm::read_launch_env;
+using me::launch::read_launch_env;
 
 namespace {
-me::comm::GetEnv fake(std::map<std::string, std::string> vars) {
+me::launch::GetEnv fake(std::map<std::string, std::string> vars) {
   auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
   return [shared](const char* name) -> const char* {
     auto it = shared->find(name);
@@ -65,8 +65,8 @@ TEST_CASE("bootstrap: bad variables are named", "[bootstrap]") {
 }
 
 TEST_CASE("bootstrap: a GPU per local rank", "[bootstrap]") {
-  CHECK(me::comm::pick_cuda_device(3, 8) == 3);
-  CHECK(me::comm::pick_cuda_device(3, 1) == 0);  // Slurm's --gpus-per-task: one visible GPU
-  CHECK_THROWS_WITH(me::comm::pick_cuda_device(0, 0), Catch::Contains("no CUDA device is visible"));
-  CHECK_THROWS_WITH(me::comm::pick_cuda_device(4, 2), Catch::Contains("local rank 4 has no GPU of its own"));
+  CHECK(me::launch::pick_cuda_device(3, 8) == 3);
+  CHECK(me::launch::pick_cuda_device(3, 1) == 0);  // Slurm's --gpus-per-task: one visible GPU
+  CHECK_THROWS_WITH(me::launch::pick_cuda_device(0, 0), Catch::Contains("no CUDA device is visible"));
+  CHECK_THROWS_WITH(me::launch::pick_cuda_device(4, 2), Catch::Contains("local rank 4 has no GPU of its own"));
 }

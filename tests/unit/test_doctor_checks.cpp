@@ -12,9 +12,9 @@
 #include <set>
 #include <string>
 
-#include "engine/comm/doctor_checks.h"
+#include "engine/doctor/doctor_checks.h"
 
-using namespace me::comm;
+using namespace me::doctor;
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/comm/env_probe.h"
+#include "engine/doctor/env_probe.h"
 
-using namespace me::comm;
+using namespace me::doctor;
 
 namespace {
 

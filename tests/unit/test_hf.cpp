@@ -10,7 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/hf_convert.h"
+#include "engine/hf/convert.h"
 #include "engine/core/error.h"
 #include "engine/model/transformer.h"
 #include "temp_dir.h"

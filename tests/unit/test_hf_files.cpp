@@ -9,7 +9,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/hf_convert.h"
+#include "engine/hf/convert.h"
 #include "engine/checkpoint/saver.h"
 #include "engine/core/files.h"
 #include "engine/model/transformer.h"
@@ -53,7 +53,7 @@ std::map<std::string, torch::Tensor> save_checkpoint(model::Transformer& m, cons
     tensors.push_back(t);
     global[t.name] = p.value().detach().clone();
   }
-  train::RunSpec spec;
+  config::Recipe spec;
   spec.name = "hf-test";
   spec.model = m->config();
   Metadata meta;

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/comm/hostlist.h"
+#include "engine/launch/hostlist.h"
 #include "engine/core/error.h"
 
-using me::comm::expand_hostlist;
-using me::comm::first_host;
+using me::launch::expand_hostlist;
+using me::launch::first_host;
 using Hosts = std::vector<std::string>;
 
 TEST_CASE("plain host names", "[hostlist]") {

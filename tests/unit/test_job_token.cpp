@@ -8,12 +8,12 @@
 #include <map>
 #include <string>
 
-#include "engine/comm/job_token.h"
-#include "engine/comm/sha256.h"
+#include "engine/launch/job_token.h"
+#include "engine/launch/sha256.h"
 #include "engine/core/error.h"
 #include "temp_dir.h"
 
-using namespace me::comm;
+using namespace me::launch;
 using Catch::Matchers::Contains;
 
 TEST_CASE("sha256 matches the FIPS 180-4 examples", "[token]") {

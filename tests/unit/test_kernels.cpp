@@ -148,7 +148,7 @@ TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping, the bf1
   if (!have_gpu()) return;
   torch::manual_seed(4);
   const std::vector<int64_t> sizes = {70000, 5, 131072, 3000};
-  me::optim::AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  me::optim::OptimizerOptions cfg;  // betas 0.9, 0.95; eps 1e-8; weight decay 0.1
   std::vector<torch::Tensor> p, g, m, v, pr, mr, vr, model;
   std::vector<kernels::MultiTensorAdamW::Entry> entries;
   double sq_ref = 0;
@@ -169,7 +169,7 @@ TEST_CASE("multi-tensor AdamW kernel = the foreach AdamW, with clipping, the bf1
   CHECK(sq == Approx(sq_ref).epsilon(1e-12));
   CHECK(fused.grad_sum_squares().item<double>() == sq);  // bitwise repeatable
   for (int64_t step = 1; step <= 3; ++step) {
-    fused.step(1e-2, cfg.beta1, cfg.beta2, cfg.eps, step, 0.5);
+    fused.step(1e-2, cfg.betas[0], cfg.betas[1], cfg.eps, step, 0.5);
     for (size_t k = 0; k < sizes.size(); ++k) {
       std::vector<torch::Tensor> P{pr[k]}, G{g[k].to(torch::kFloat) * 0.5}, M{mr[k]}, V{vr[k]};
       me::optim::adamw_update(P, G, M, V, 1e-2, k % 2 ? 0.0 : 0.1, cfg, step);

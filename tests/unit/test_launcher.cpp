@@ -19,12 +19,12 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/comm/free_port.h"
-#include "engine/comm/launcher.h"
+#include "engine/launch/free_port.h"
+#include "engine/launch/launcher.h"
 #include "engine/core/error.h"
 
-using me::comm::LaunchOptions;
-using me::comm::launch;
+using me::launch::LaunchOptions;
+using me::launch::launch;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -304,18 +304,18 @@ TEST_CASE("SIGINT and SIGTERM to the launcher are forwarded to the ranks", "[lau
 }
 
 TEST_CASE("pick_free_port", "[launcher]") {
-  int port = me::comm::pick_free_port("127.0.0.1");
+  int port = me::launch::pick_free_port("127.0.0.1");
   CHECK(port > 0);
   CHECK(port < 65536);
   // Below the ephemeral range (where the kernel leaves room for it): no rank's outgoing
   // connection can be given the store's port as its source port.
-  const auto [first, last] = me::comm::ephemeral_port_range();
+  const auto [first, last] = me::launch::ephemeral_port_range();
   CHECK(first <= last);
   if (first > 11000) CHECK(port < first);
   // TEST-NET-1 is never an address of this machine: binding fails with a clear message.
-  CHECK_THROWS_WITH(me::comm::pick_free_port("192.0.2.1"), Contains("cannot bind a TCP port"));
-  CHECK(me::comm::signal_name(SIGSEGV) == "SIGSEGV");
-  CHECK(me::comm::signal_name(77) == "signal 77");
+  CHECK_THROWS_WITH(me::launch::pick_free_port("192.0.2.1"), Contains("cannot bind a TCP port"));
+  CHECK(me::launch::signal_name(SIGSEGV) == "SIGSEGV");
+  CHECK(me::launch::signal_name(77) == "signal 77");
 }
 
 TEST_CASE("every rank gets the same fresh job token, or the inherited one", "[launcher]") {

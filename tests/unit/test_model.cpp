@@ -10,7 +10,7 @@
 #include "engine/core/torch_compat.h"
 #include "engine/model/transformer.h"
 #include "engine/parallel/symmetric_slots.h"
-#include "engine/train/grad_buffer.h"
+#include "engine/parallel/grad_buffer.h"
 
 using me::model::Transformer;
 using me::model::TransformerConfig;
@@ -327,13 +327,13 @@ namespace {
 // parameters that its linear layers write into when `fused` (gradient-accumulation fusion).
 struct ModelWithGrads {
   Transformer model;
-  std::unique_ptr<me::train::GradBuffer> grads;
+  std::unique_ptr<me::parallel::GradBuffer> grads;
   ModelWithGrads(const TransformerConfig& c, uint64_t seed, const torch::Device& device, torch::ScalarType dtype,
                  bool fused)
       : model(c) {
     model->reset_parameters(seed);
     model->to(device, dtype);
-    grads = std::make_unique<me::train::GradBuffer>(model->parameters(), nullptr, 25.0, false);
+    grads = std::make_unique<me::parallel::GradBuffer>(model->parameters(), nullptr, 25.0, false);
     if (fused) me::parallel::attach_main_grads(*model, grads.get());
   }
 };

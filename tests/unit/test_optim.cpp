@@ -31,7 +31,8 @@ void check_two_adamw_steps(const torch::Tensor& w, const torch::Tensor& b, const
 TEST_CASE("AdamW: two steps against hand-computed values", "[optim]") {
   auto w = torch::tensor({1.0f, -2.0f}).reshape({2, 1}).requires_grad_(true);
   auto b = torch::tensor({1.0f}).requires_grad_(true);
-  me::optim::AdamWConfig cfg{0.9, 0.999, 1e-8, 0.1};
+  me::optim::OptimizerOptions cfg;
+  cfg.betas = {0.9, 0.999};
   auto groups = me::optim::decay_groups({w, b}, cfg.weight_decay);
   REQUIRE(groups[0].params.size() == 1);  // w decays
   REQUIRE(groups[1].params.size() == 1);  // b does not
@@ -63,14 +64,14 @@ namespace {
 struct Flat {
   std::vector<me::optim::MasterParam> params;
   torch::Tensor grads;
-  me::optim::FlatLayout layout;
+  me::parallel::FlatLayout layout;
   // grad_dtype: the gradient buffer's (bf16 under parallel.grad_reduce_dtype = "bf16")
   Flat(std::vector<me::optim::MasterParam> p, std::vector<float> g, torch::ScalarType grad_dtype = torch::kFloat)
       : params(std::move(p)) {
     grads = torch::tensor(g).to(grad_dtype);
     std::vector<int64_t> numels;
     for (auto& mp : params) numels.push_back(mp.param.numel());
-    layout = me::optim::FlatLayout::packed(numels);
+    layout = me::parallel::FlatLayout::packed(numels);
   }
   me::optim::MasterOptimizer make(me::optim::OptimizerConfig cfg) {
     return me::optim::MasterOptimizer(params, grads, layout, cfg, nullptr, nullptr);
@@ -81,10 +82,10 @@ struct Flat {
 // minus the clipped gradient.
 me::optim::OptimizerConfig sgd_clipped_to_1() {
   me::optim::OptimizerConfig sgd;
-  sgd.kind = "sgd";
-  sgd.momentum = 0;
-  sgd.adam.weight_decay = 0;
-  sgd.clip = 1.0;
+  sgd.options.kind = "sgd";
+  sgd.options.momentum = 0;
+  sgd.options.weight_decay = 0;
+  sgd.options.clip = 1.0;
   return sgd;
 }
 }  // namespace
@@ -96,8 +97,8 @@ TEST_CASE("the trainer's optimizer: AdamW two steps against hand-computed values
   auto b = torch::tensor({1.0f});
   Flat f({{w, true, true}, {b, false, true}}, {0.5f, -0.1f, 0.5f});
   me::optim::OptimizerConfig cfg;
-  cfg.adam = {0.9, 0.999, 1e-8, 0.1};
-  cfg.clip = 0;
+  cfg.options.betas = {0.9, 0.999};
+  cfg.options.clip = 0;
   auto opt = f.make(cfg);
   check_two_adamw_steps(w, b, [&] { opt.step(0.1); });
 }
@@ -108,8 +109,8 @@ TEST_CASE("the trainer's optimizer: bf16 gradients (parallel.grad_reduce_dtype) 
   auto b = torch::tensor({1.0f});
   Flat f({{w, true, true}, {b, false, true}}, {0.5f, -0.1f, 0.5f}, torch::kBFloat16);
   me::optim::OptimizerConfig cfg;
-  cfg.adam = {0.9, 0.999, 1e-8, 0.1};
-  cfg.clip = 0;
+  cfg.options.betas = {0.9, 0.999};
+  cfg.options.clip = 0;
   auto opt = f.make(cfg);
   check_two_adamw_steps(w, b, [&] { opt.step(0.1); });
   // SGD with clipping: gradients (3, 0) and (4) are exact in bf16, so the norm is 5 exactly and
@@ -175,13 +176,13 @@ TEST_CASE("the trainer's optimizer: the fused GPU AdamW (clipping folded in) mat
   auto w0 = torch::randn({64, 33}), b0 = torch::randn({33});
   auto g0 = torch::randn({64 * 33 + 33});
   me::optim::OptimizerConfig cfg;
-  cfg.adam = {0.9, 0.95, 1e-8, 0.1};
-  cfg.clip = 0.5;
+  cfg.options.betas = {0.9, 0.95};
+  cfg.options.clip = 0.5;
   auto run = [&](torch::Device dev, torch::ScalarType grad_dtype) {
     auto w = w0.to(dev, torch::kBFloat16), b = b0.to(dev, torch::kBFloat16);
     std::vector<me::optim::MasterParam> params = {{w, true, true}, {b, false, true}};
     auto grads = g0.to(dev, grad_dtype, /*non_blocking=*/false, /*copy=*/true);  // never g0: clipping scales it
-    me::optim::MasterOptimizer opt(params, grads, me::optim::FlatLayout::packed({64 * 33, 33}), cfg, nullptr, nullptr);
+    me::optim::MasterOptimizer opt(params, grads, me::parallel::FlatLayout::packed({64 * 33, 33}), cfg, nullptr, nullptr);
     std::vector<double> norms;
     for (int k = 0; k < 5; ++k) {
       grads.copy_(g0.to(dev) * (1.0 + 0.1 * k));

@@ -1,7 +1,7 @@
 // One source of recipe defaults (bindings/lua/fields.lua): the C++ sections declare none and
 // read every field by name (visit_fields), so the two sides must list the same fields; the
-// model config keeps C++ defaults (TransformerConfig::gpt(), llama(): the engine builds models
-// without Lua too), so there the values must agree as well.
+// components' own options (the model config, comm::CommOptions, optim::OptimizerOptions) keep
+// C++ defaults (the engine builds them without Lua too), so there the values must agree as well.
 #include <catch2/catch.hpp>
 
 extern "C" {
@@ -9,13 +9,15 @@ extern "C" {
 #include <lua.h>
 }
 
+#include <array>
 #include <set>
+#include <type_traits>
 #include <sstream>
 
-#include "bindings/lua_host.h"
-#include "bindings/lua_recipe.h"
+#include "bindings/lua/lua_host.h"
+#include "bindings/lua/lua_recipe.h"
 #include "engine/model/transformer_config.h"
-#include "engine/train/run_spec.h"
+#include "engine/config/recipe.h"
 
 using me::lua::LuaHost;
 
@@ -60,12 +62,18 @@ struct Printer {
   std::ostringstream out;
   template <class T>
   void operator()(const char* name, const T& v) {
-    out << name << " = " << v << "\n";
+    out << name << " =";
+    if constexpr (std::is_same_v<T, std::array<double, 2>>) {
+      out << " " << v[0] << " " << v[1] << "\n";
+    } else {
+      out << " " << v << "\n";
+    }
   }
 };
-std::string print(const me::model::TransformerConfig& c) {
+template <class Section>
+std::string print(const Section& c) {
   Printer p;
-  me::model::visit_fields(c, p);
+  visit_fields(c, p);
   return p.out.str();
 }
 
@@ -86,21 +94,22 @@ me::model::TransformerConfig lua_model_defaults(LuaHost& host, const std::string
 TEST_CASE("every recipe section lists the same fields in fields.lua and in C++", "[bindings][fields]") {
   LuaHost host;
   lua_State* L = host.state();
-  using namespace me::train;
-  CHECK(cpp_field_names(BatchSpec{}) == lua_field_names(L, "batch"));
-  CHECK(cpp_field_names(ParallelSpec{}) == lua_field_names(L, "parallel"));
-  CHECK(cpp_field_names(CommSpec{}) == lua_field_names(L, "comm"));
-  CHECK(cpp_field_names(TrainSpec{}) == lua_field_names(L, "train"));
-  CHECK(cpp_field_names(SampleSpec{}) == lua_field_names(L, "sample"));
-  CHECK(cpp_field_names(LogSpec{}) == lua_field_names(L, "log"));
-  CHECK(cpp_field_names(CheckpointSpec{}) == lua_field_names(L, "checkpoint"));
-  CHECK(cpp_field_names(ScheduleSpec{}) == lua_field_names(L, "schedule"));
+  using namespace me::config;
+  CHECK(cpp_field_names(config::BatchSpec{}) == lua_field_names(L, "batch"));
+  CHECK(cpp_field_names(config::ParallelSpec{}) == lua_field_names(L, "parallel"));
+  CHECK(cpp_field_names(me::comm::CommOptions{}) == lua_field_names(L, "comm"));
+  CHECK(cpp_field_names(config::TrainSpec{}) == lua_field_names(L, "train"));
+  CHECK(cpp_field_names(config::SampleSpec{}) == lua_field_names(L, "sample"));
+  CHECK(cpp_field_names(config::LogSpec{}) == lua_field_names(L, "log"));
+  CHECK(cpp_field_names(config::CheckpointSpec{}) == lua_field_names(L, "checkpoint"));
+  CHECK(cpp_field_names(config::ScheduleSpec{}) == lua_field_names(L, "schedule"));
   CHECK(cpp_field_names(me::model::TransformerConfig{}) == lua_field_names(L, "model"));
-  OptimSpec adamw{"adamw"}, sgd{"sgd"};
+  me::optim::OptimizerOptions adamw, sgd;
+  sgd.kind = "sgd";
   CHECK(cpp_field_names(adamw) == lua_field_names(L, "optimizer.adamw"));
   CHECK(cpp_field_names(sgd) == lua_field_names(L, "optimizer.sgd"));
   // The top level: its plain fields, then the sections that are tables of their own.
-  RunSpec run;
+  config::Recipe run;
   NameCollector top;
   visit_top_fields(run, top);
   auto lua_top = lua_field_names(L, "recipe");
@@ -115,6 +124,20 @@ TEST_CASE("the model families' defaults in fields.lua equal TransformerConfig::g
   CHECK(print(lua_model_defaults(host, "llama")) == print(me::model::TransformerConfig::llama()));
 }
 
+TEST_CASE("the comm and optimizer defaults in fields.lua equal CommOptions{} and OptimizerOptions{}",
+          "[bindings][fields]") {
+  LuaHost host;
+  std::string error;
+  REQUIRE(host.run_chunk("me = require 'megaengine'; r = me.recipe { model = me.model.gpt{}, data = me.data.text{ path = 'x' } }",
+                         "=test", &error));
+  lua_State* L = host.state();
+  lua_getglobal(L, "r");
+  const auto recipe = me::lua::read_recipe(L, lua_gettop(L));
+  lua_pop(L, 1);
+  CHECK(print(recipe.comm) == print(me::comm::CommOptions{}));
+  CHECK(print(recipe.optim) == print(me::optim::OptimizerOptions{}));
+}
+
 TEST_CASE("a recipe with a field missing is an error naming it, not a silent default", "[bindings][fields]") {
   LuaHost host;
   std::string error;
@@ -123,7 +146,7 @@ TEST_CASE("a recipe with a field missing is an error naming it, not a silent def
                          "=test", &error));
   lua_State* L = host.state();
   lua_getglobal(L, "r");
-  CHECK_THROWS_WITH(me::lua::read_run_spec(L, lua_gettop(L)),
+  CHECK_THROWS_WITH(me::lua::read_recipe(L, lua_gettop(L)),
                     Catch::Contains("parallel.bucket_mb: expected a number, got nil"));
   lua_pop(L, 1);
 }

@@ -1,4 +1,4 @@
-// The REPL's tab completion (bindings/repl_complete.h) on a real Lua host: fields, methods,
+// The REPL's tab completion (bindings/cli/repl_complete.h) on a real Lua host: fields, methods,
 // globals and keywords, and that completing never calls user code.
 #include <catch2/catch.hpp>
 
@@ -10,8 +10,8 @@ extern "C" {
 #include <string>
 #include <vector>
 
-#include "bindings/lua_host.h"
-#include "bindings/repl_complete.h"
+#include "bindings/lua/lua_host.h"
+#include "bindings/cli/repl_complete.h"
 
 using me::lua::completions;
 using me::lua::LuaHost;

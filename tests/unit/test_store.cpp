@@ -13,12 +13,12 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/comm/socket_util.h"
-#include "engine/comm/store_client.h"
-#include "engine/comm/store_protocol.h"
-#include "engine/comm/store_server.h"
+#include "engine/launch/socket_util.h"
+#include "engine/launch/store_client.h"
+#include "engine/launch/store_protocol.h"
+#include "engine/launch/store_server.h"
 
-using namespace me::comm;
+using namespace me::launch;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using store::Frame;

@@ -1,0 +1,43 @@
+// `megaengine --dry-run`'s report from Lua: core.dry_run(recipe, {world=, gpus_per_node=,
+// gpu_memory=}) reads the resolved recipe (as the trainer does) and returns the layout table, parameter counts, memory estimate and
+// verdict (engine/plan/memory_report.h). Shapes only: no weights, no data files.
+#include "bindings/lua/lua_recipe.h"
+#include "bindings/lua/lua_util.h"
+#include "bindings/lua/modules.h"
+#include "engine/plan/memory_report.h"
+
+namespace me::lua {
+namespace {
+
+// core.dry_run(recipe, opts) -> the report (a string)
+int dry_run(lua_State* L) {
+  check_table(L, 1);
+  const auto spec = read_recipe(L, 1);  // the resolved recipe: every field is there
+  plan::DryRunOptions o;
+  o.world = 0;
+  std::string world_note;
+  if (lua_istable(L, 2)) {
+    o.world = static_cast<int>(field_integer(L, 2, "world", "--world", int64_t{0}));
+    o.gpus_per_node = static_cast<int>(field_integer(L, 2, "gpus_per_node", "--gpus-per-node", int64_t{8}));
+    o.gpu_bytes = plan::parse_memory_size(field_string(L, 2, "gpu_memory", "--gpu-memory", std::string("80GB")));
+  }
+  ME_CHECK(o.world >= 0, "--world needs a positive number of GPUs, got ", o.world);
+  ME_CHECK(o.gpus_per_node >= 1, "--gpus-per-node needs a positive number, got ", o.gpus_per_node);
+  if (o.world == 0) {  // not given: one copy of the model, the smallest world the layout fits
+    o.world = static_cast<int>(spec.parallel.tp * spec.parallel.pp);
+    world_note = cat("world: --world not given, so tp x pp = ", o.world, " GPU", o.world == 1 ? "" : "s",
+                     " (one data-parallel replica); --world N for the cluster's GPUs\n");
+  }
+  const auto report = world_note + plan::dry_run_report(spec, o);
+  lua_pushlstring(L, report.data(), report.size());
+  return 1;
+}
+
+}  // namespace
+
+void open_dry_run(lua_State* L, int core) {
+  lua_pushcfunction(L, wrapped<dry_run>);
+  lua_setfield(L, core, "dry_run");
+}
+
+}  // namespace me::lua

@@ -1,0 +1,180 @@
+#include "bindings/cli/repl.h"
+
+extern "C" {
+#include <lauxlib.h>
+#include <lua.h>
+}
+#include <unistd.h>
+#if ME_HAVE_EDITLINE
+#include <editline/readline.h>
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bindings/lua/lua_util.h"
+#include "bindings/cli/repl_complete.h"
+
+namespace me::lua {
+namespace {
+
+constexpr int kHistoryLines = 1000;  // kept in ME_HISTORY
+
+#if !ME_HAVE_EDITLINE
+// Without libedit: plain lines from stdin, no editing, no history.
+char* readline(const char* prompt) {
+  std::fputs(prompt, stdout);
+  std::fflush(stdout);
+  std::string line;
+  int c;
+  while ((c = std::fgetc(stdin)) != EOF && c != '\n') line.push_back(static_cast<char>(c));
+  if (c == EOF && line.empty()) return nullptr;
+  return strdup(line.c_str());
+}
+void add_history(const char*) {}
+void using_history() {}
+void stifle_history(int) {}
+int read_history(const char*) { return 0; }
+int write_history(const char*) { return 0; }
+void setup_completion(lua_State*) {}
+#else
+// libedit's completion callbacks take no context: the REPL's state lives here while it runs.
+lua_State* completion_state = nullptr;
+std::vector<std::string> completion_matches;
+
+char* next_match(const char*, int state) {
+  static size_t next = 0;
+  if (state == 0) next = 0;
+  return next < completion_matches.size() ? strdup(completion_matches[next++].c_str()) : nullptr;
+}
+
+char** complete_word(const char* text, int, int) {
+  rl_attempted_completion_over = 1;  // no file-name completion when nothing matches
+  completion_matches = completions(completion_state, text);
+  return completion_matches.empty() ? nullptr : rl_completion_matches(text, next_match);
+}
+
+void setup_completion(lua_State* L) {
+  completion_state = L;
+  rl_readline_name = "megaengine";  // ~/.editrc sections
+  rl_attempted_completion_function = complete_word;
+  rl_basic_word_break_characters = kCompletionWordBreaks;
+  rl_completer_word_break_characters = const_cast<char*>(kCompletionWordBreaks);
+  rl_completion_append_character = '\0';  // "me.model" stays open for "." or ":"
+}
+#endif
+
+// ME_HISTORY (empty: none), else ~/.megaengine_history; none when stdin is not a terminal (piped lines are
+// a script, not something to recall).
+std::string history_path() {
+  if (!isatty(STDIN_FILENO)) return "";
+  if (const char* p = std::getenv("ME_HISTORY")) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.megaengine_history";
+}
+
+// A syntax error at <eof> means the statement is not finished yet: read another line.
+bool incomplete(lua_State* L, int status) {
+  if (status != LUA_ERRSYNTAX) return false;
+  size_t n = 0;
+  const char* msg = lua_tolstring(L, -1, &n);
+  const char* eof = "<eof>";
+  const size_t k = std::strlen(eof);
+  return n >= k && std::strcmp(msg + n - k, eof) == 0;
+}
+
+// Compiles `line`, first as an expression (so `1+1` prints 2), then as a statement.
+int compile(lua_State* L, const std::string& line) {
+  const std::string expr = "return " + (line[0] == '=' ? line.substr(1) : line);
+  if (luaL_loadbuffer(L, expr.c_str(), expr.size(), "=stdin") == LUA_OK) return LUA_OK;
+  lua_pop(L, 1);
+  return luaL_loadbuffer(L, line.c_str(), line.size(), "=stdin");
+}
+
+void print_results(lua_State* L, int base) {
+  const int n = lua_gettop(L) - base;
+  if (n == 0) return;
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "megaengine");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "pretty");
+  const int pretty = lua_gettop(L);
+  std::string out;
+  for (int i = 1; i <= n; ++i) {
+    lua_pushvalue(L, pretty);
+    lua_pushvalue(L, base + i);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) lua_pushstring(L, luaL_tolstring(L, base + i, nullptr));
+    out += (i > 1 ? "\t" : "") + std::string(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  std::printf("%s\n", out.c_str());
+  std::fflush(stdout);
+}
+
+// The globals a session starts with: `me` (require "megaengine") and `help` (me.help).
+void define_globals(lua_State* L) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "megaengine");
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    std::fprintf(stderr, "%s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return;
+  }
+  lua_getfield(L, -1, "help");
+  lua_setglobal(L, "help");
+  lua_setglobal(L, "me");
+}
+
+}  // namespace
+
+void run_repl(lua_State* L) {
+  const std::string hist = history_path();
+  using_history();
+  stifle_history(kHistoryLines);
+  if (!hist.empty()) read_history(hist.c_str());
+  setup_completion(L);
+  std::printf("megaengine %s REPL (Lua 5.4). `me` is require \"megaengine\"; an expression prints its value;\n"
+              "help() explains, help(me.model.gpt) lists fields; Tab completes; Ctrl-D exits.\n",
+              ME_VERSION);
+  std::fflush(stdout);
+  define_globals(L);
+
+  for (;;) {
+    char* raw = readline("me> ");
+    if (!raw) break;
+    std::string line = raw;
+    std::free(raw);
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const int base = lua_gettop(L);
+    int status = compile(L, line);
+    while (incomplete(L, status)) {  // multi-line statement
+      lua_pop(L, 1);
+      char* more = readline(">> ");
+      if (!more) break;
+      line += "\n";
+      line += more;
+      std::free(more);
+      status = luaL_loadbuffer(L, line.c_str(), line.size(), "=stdin");
+    }
+    add_history(line.c_str());
+    if (!hist.empty()) write_history(hist.c_str());  // now, so a session that dies keeps its lines
+    if (status == LUA_OK) {
+      try {
+        protected_call(L, 0, LUA_MULTRET);
+        print_results(L, base);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+      }
+    } else {
+      std::fprintf(stderr, "%s\n", lua_tostring(L, -1));
+    }
+    std::fflush(stderr);
+    lua_settop(L, base);
+  }
+  std::printf("\n");
+}
+
+}  // namespace me::lua

@@ -1,0 +1,230 @@
+// A Trainer is built in named steps (trainer.h says their order): each takes one part of the
+// recipe and makes one part of the run, and the first lines of the log describe the result.
+#include "engine/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "engine/core/format.h"
+#include "engine/core/error.h"
+#include "engine/core/log.h"
+#include "engine/core/exit_status.h"
+#include "engine/core/stop_signals.h"
+#include "engine/core/torch_compat.h"
+#include "engine/kernels/fused_ops.h"
+#include "engine/checkpoint/metadata.h"
+#include "engine/plan/memory_report.h"
+#include "engine/train/run_metrics.h"
+#include "engine/train/step_profiler.h"
+
+namespace me::train {
+
+namespace {
+
+torch::Device parse_device(const std::string& name) {
+  if (name == "cpu") return torch::kCPU;
+  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+    ME_CHECK(compat::cuda_available(), "device '", name,
+             "' asked for, but this LibTorch build sees no CUDA GPU: use device=cpu");
+    return torch::Device(name);
+  }
+  fail("unknown device '", name, "': expected cpu, cuda or cuda:N");
+}
+
+torch::ScalarType param_dtype(const std::string& precision) {
+  return precision == "bf16" ? torch::kBFloat16 : precision == "fp16" ? torch::kHalf : torch::kFloat;
+}
+
+}  // namespace
+
+// ---- construction, in named steps ------------------------------------------------------
+
+Trainer::Trainer(config::Recipe spec)
+    : spec_(std::move(spec)),
+      device_(parse_device(spec_.device)),
+      phases_(spec_.train.profile_phases, device_.is_cuda()) {
+  validate(spec_);
+  if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
+  connect();
+  plan_batches();
+  find_checkpoint();
+  open_data();
+  build_model();
+  build_optimizer();
+  build_pipeline();
+  resume();
+  if (saver_) saver_->prepare(state_tensors());  // the first save's host buffers, allocated meanwhile
+}
+
+Trainer::~Trainer() = default;
+
+// Several ranks (a launcher set RANK/WORLD_SIZE or Slurm did): a communicator and the tp, pp
+// and dp groups; dp is what tp x pp leaves of the world.
+void Trainer::connect() {
+  const auto& par = spec_.parallel;
+  const auto env = launch::read_launch_env();
+  if (env.world == 1 && par.tp == 1 && par.pp == 1) return;
+  comm::CommOptions options = spec_.comm;
+  options.device = spec_.device;
+  comm_ = std::make_unique<comm::Communicator>(env, options);
+  if (comm_->cuda_device() >= 0)
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm_->cuda_device()));
+  groups_ = std::make_unique<comm::ParallelGroups>(
+      comm::make_parallel_groups(*comm_, static_cast<int>(par.tp), static_cast<int>(par.pp)));
+  for (const auto& w : groups_->warnings) log::warn(w);
+  if (comm_->rank() == 0) log::info(groups_->layout_table);
+  plan_.dp = groups_->dp->size();
+  plan_.dp_rank = groups_->dp->rank();
+}
+
+// global batch = micro batch x data-parallel size x accumulation steps
+void Trainer::plan_batches() {
+  const auto& b = spec_.batch;
+  plan_.global = b.global > 0 ? b.global : b.micro * plan_.dp;
+  ME_CHECK(plan_.global % (b.micro * plan_.dp) == 0, "batch.global (", plan_.global,
+           ") is not divisible by batch.micro x data-parallel size (", b.micro, " x ", plan_.dp, " = ",
+           b.micro * plan_.dp, "): choose a global batch that is a multiple of it");
+  plan_.accumulation = plan_.global / (b.micro * plan_.dp);
+  const auto& t = spec_.train;
+  plan_.iters = t.samples > 0 ? (t.samples + plan_.global - 1) / plan_.global : t.iters;
+  lr_schedule_ = spec_.schedule.resolve(spec_.optim.lr, plan_.iters, plan_.global);
+}
+
+void Trainer::open_data() {
+  DataLayout layout;
+  layout.global_batch = plan_.global;
+  layout.micro = spec_.batch.micro;
+  layout.dp = plan_.dp;
+  layout.dp_rank = plan_.dp_rank;
+  layout.accumulation = plan_.accumulation;
+  layout.iters = plan_.iters;
+  layout.consumed_samples = resume_consumed_;
+  layout.pin_memory = device_.is_cuda();
+  data_ = std::make_unique<TrainData>(spec_, comm_.get(), layout);
+  ME_CHECK(spec_.model.vocab >= data_->vocab(), "model.vocab (", spec_.model.vocab, ") is smaller than the ",
+           data_->vocab(), " ids of the data's tokenizer: set model.vocab = ", data_->vocab());
+}
+
+// This rank's pipeline stage and tensor-parallel slice of the model, its weights drawn at full
+// size from the seed (the same model at every layout), in the training precision.
+void Trainer::build_model() {
+  const auto& par = spec_.parallel;
+  stage_ = {0, static_cast<int>(par.pp), par.pp_first_layers, par.pp_last_layers};
+  if (par.pp_split == "balanced" && par.pp > 1) {
+    std::tie(stage_.first_layers, stage_.last_layers) =
+        model::balanced_stage_split(spec_.model, static_cast<int>(par.pp), static_cast<int>(par.tp));
+    stage_.stage_layers(spec_.model.layers);
+  }
+  if (groups_) stage_.index = groups_->pp->rank();
+  parallel::TensorParallel tp;
+  if (groups_) tp.group = groups_->tp.get();
+  tp.sequence_parallel = par.sequence_parallel;
+  tp.overlap_comm = par.tp_comm_overlap;
+  tp.comm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
+  if (groups_ && par.tp_symmetric_mb > 0) {
+    auto* group = groups_->tp.get();
+    const auto device = device_;
+    tp_slots_ = std::make_unique<parallel::SymmetricSlots>(
+        [group, device](int64_t bytes) {
+          return group->empty_symmetric(bytes, torch::TensorOptions(torch::kByte).device(device));
+        },
+        static_cast<int64_t>(par.tp_symmetric_mb * 1048576));
+    tp.slots = tp_slots_.get();
+  }
+  model_ = model::Transformer(spec_.model, tp, stage_, /*initialize=*/false);
+  model_->reset_parameters(static_cast<uint64_t>(spec_.seed));
+  model_->to(device_, param_dtype(spec_.precision));
+  params_ = model_->parameters();
+  flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(plan_.global) *
+                         static_cast<double>(spec_.model.seq);
+}
+
+// fp32 master weights (sharded over dp with the distributed optimizer), the gradient buffer the
+// linear layers write into, and the optimizer over both.
+void Trainer::build_optimizer() {
+  const auto& par = spec_.parallel;
+  // Each parameter counts once in the gradient norm: the copy a checkpoint saves (TP rank 0's of a
+  // replicated parameter, the first stage's of the tied word embedding).
+  const auto pieces = model_->state_tensors(groups_ ? groups_->tp->rank() : 0);
+  std::vector<optim::MasterParam> masters;
+  const auto named = model_->named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    masters.push_back({named[i].value(), named[i].value().dim() >= 2, pieces[i].save});
+    if (model_->shards().at(named[i].key()).sequence_parallel_grad) shared_grads_.sequence_parallel.push_back(i);
+    if (model_->holds_shared_embedding() && named[i].key() == "embedding.weight")
+      shared_grads_.tied_embedding = static_cast<int64_t>(i);
+  }
+  if (groups_) {
+    shared_grads_.embedding_group = groups_->embedding.get();
+    shared_grads_.tp_group = groups_->tp.get();
+  }
+  comm::ProcessGroup* dp = groups_ ? groups_->dp.get() : nullptr;
+  grads_ = std::make_unique<parallel::GradBuffer>(params_, dp, par.bucket_mb, par.distributed_optimizer,
+                                        par.symmetric_buffers == "all",
+                                        par.grad_reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat);
+  parallel::attach_main_grads(*model_, par.grad_accumulation_fusion ? grads_.get() : nullptr);
+  // The tied embedding's gradient is summed over the stages holding it before its DP reduction.
+  if (shared_grads_.tied_embedding >= 0) grads_->defer(static_cast<size_t>(shared_grads_.tied_embedding));
+  // The distributed optimizer all-gathers updated parameters in place: they move into one flat
+  // buffer laid out like the gradients.
+  torch::Tensor flat_params;
+  if (par.distributed_optimizer && plan_.dp > 1) flat_params = grads_->adopt_params(par.symmetric_buffers != "none");
+  optim::OptimizerConfig config;
+  config.options = spec_.optim;
+  config.distributed = par.distributed_optimizer;
+  config.overlap_param_gather = par.overlap_param_gather;
+  optimizer_ = std::make_unique<optim::MasterOptimizer>(std::move(masters), grads_->flat(), grads_->layout(), config,
+                                                        groups_ ? groups_->model_parallel.get() : nullptr, dp,
+                                                        flat_params);
+  if (flat_params.defined() && par.overlap_param_gather)
+    model_->set_before_use([opt = optimizer_.get()](torch::nn::Module& part) {
+      for (const auto& p : part.parameters()) opt->wait_for(p);
+    });
+}
+
+// Weight gradients are held back only where a pipeline has bubbles to fill, and only those the
+// linear layers write into the buffer (gradient-accumulation fusion).
+void Trainer::build_pipeline() {
+  const auto& par = spec_.parallel;
+  pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr,
+                                                 par.pp > 1 ? par.pp_deferred_wgrads : 0,
+                                                 par.grad_accumulation_fusion ? grads_.get() : nullptr);
+}
+
+void Trainer::log_start() const {
+  const auto& par = spec_.parallel;
+  log::info("training ", spec_.name, ": ", spec_.model.describe(), ", ",
+            spec_.model.parameter_count(static_cast<int>(par.tp)), " parameters (", model_->local_parameter_count(),
+            " on this rank), ", spec_.precision, " on ", device_.str(), "; ", plan_.iters, " iterations of ",
+            plan_.global, " samples (micro ", spec_.batch.micro, " x dp ", plan_.dp, " x accumulation ",
+            plan_.accumulation, ")");
+  log::info("data: ", data_->describe());
+  if (const int pp = pipeline_->stages(); pp > 1) {
+    std::string split;
+    for (const int64_t n : stage_.stage_layers(spec_.model.layers)) split += (split.empty() ? "" : "/") + std::to_string(n);
+    log::info("pipeline: ", pp, " stages of ", split, " layers (pp_split ", par.pp_split, "), 1F1B over ",
+              plan_.accumulation, " micro-batches per step (its idle share (pp - 1) / (micro-batches + pp - 1) = ",
+              std::round(1000.0 * (pp - 1) / static_cast<double>(plan_.accumulation + pp - 1)) / 10,
+              "%), pp_deferred_wgrads ", par.pp_deferred_wgrads);
+    if (plan_.accumulation < pp)
+      log::warn("only ", plan_.accumulation, " micro-batches per step for ", pp,
+                " pipeline stages: most of each step is idle; raise batch.global to at least ",
+                pp * spec_.batch.micro * plan_.dp);
+  }
+  if (device_.is_cuda())
+    log::info("fused CUDA kernels: ", kernels::describe(), "; attention: ", compat::attention_backend_name());
+  if (par.distributed_optimizer)
+    log::info("distributed optimizer: ", human::number(optimizer_->state_bytes() / 1048576.0), " MiB of fp32 masters and state on ",
+              "this rank instead of ", human::number(optimizer_->unsharded_state_bytes() / 1048576.0), " MiB");
+  if (par.grad_reduce_dtype == "bf16")
+    log::info("gradients accumulated and reduced in bf16 (parallel.grad_reduce_dtype): ",
+              human::number(grads_->flat().nbytes() / 1048576.0), " MiB buffer on this rank");
+  if (grads_->symmetric_bytes() > 0 && comm_->backend() == "nccl")
+    log::info("symmetric buffers (", par.symmetric_buffers, "): ", human::number(grads_->symmetric_bytes() / 1048576.0),
+              " MiB registered with the data-parallel NCCL group, outside LibTorch's allocator (not in its peak)");
+}
+
+}  // namespace me::train
