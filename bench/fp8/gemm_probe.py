@@ -51,8 +51,7 @@ def layer_row(name, tokens, k_in, n_out):
     x8, sx = to_fp8(x, E4M3)
     w8, sw = to_fp8(w, E4M3)
     dy8, sdy = to_fp8(dy, E5M2)
-    w8_t = col_major(w8)            # fwd: x8 [t,k] @ w8^T [k,n]: w8 [n,k] row-major is w8^T column-major
-    w8_dgrad = col_major(w8.t().contiguous())  # dgrad: dy8 [t,n] @ w8 [n,k] column-major
+    w8_dgrad = col_major(w8)        # dgrad: dy8 [t,n] @ w8 [n,k] column-major
     dy8_t = dy8.t().contiguous()    # wgrad: dy8^T [n,t] row-major @ x8 [t,k] column-major
     x8_cm = col_major(x8)
     mm = torch._scaled_mm
@@ -63,7 +62,7 @@ def layer_row(name, tokens, k_in, n_out):
     }
     casts = {
         "x": timed(lambda: to_fp8(x, E4M3)), "dy": timed(lambda: to_fp8(dy, E5M2)), "w": timed(lambda: to_fp8(w, E4M3)),
-        "transposes": timed(lambda: (dy8.t().contiguous(), col_major(x8), col_major(w8.t().contiguous()))),
+        "transposes": timed(lambda: (dy8.t().contiguous(), col_major(x8), col_major(w8))),
     }
     flops = 2.0 * tokens * k_in * n_out
     row = {"layer": name, "tokens": tokens, "in": k_in, "out": n_out,

@@ -460,7 +460,7 @@ function me._run_file(path, args, opts)
     print(pretty(recipe))
     print(("model parameters: %d"):format(recipe.model:parameter_count(recipe.parallel.tp)))
     -- The layout of opts.world GPUs, parameters per stage, memory per GPU and the verdict
-    -- (bindings/cli/dry_run.cpp): shapes only, no weights, no data.
+    -- (bindings/lua/lua_dry_run.cpp): shapes only, no weights, no data.
     print(core.dry_run(recipe, opts))
     return recipe
   end

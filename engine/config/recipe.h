@@ -26,6 +26,10 @@
 #include "engine/optim/lr_schedule.h"
 #include "engine/optim/optimizer_options.h"
 
+namespace me::train {
+struct LogRecord;  // engine/train/log_record.h: what a progress line says
+}
+
 namespace me::config {
 
 struct DataSpec {
@@ -150,9 +154,8 @@ struct LogSpec {
 };
 
 // Hooks a recipe may give; each may throw me::Error to stop the run.
-struct LogRecord;
 struct RunHooks {
-  std::function<void(const LogRecord&)> on_log;
+  std::function<void(const train::LogRecord&)> on_log;
 };
 
 struct Recipe {

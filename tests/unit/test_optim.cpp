@@ -48,7 +48,10 @@ TEST_CASE("AdamW: a varying gradient, checked against the update formula", "[opt
   // v2 = 0.999*0.001 + 0.001*9 = 0.009999, m^ = -0.21/0.19, v^ = 0.009999/0.001999,
   // w2 = w1 - lr * m^ / (sqrt(v^) + eps), w1 = 2 - lr.
   auto w = torch::tensor({2.0}, torch::kDouble).requires_grad_(true);
-  me::optim::AdamW opt({{{w}, 0.0}}, {0.9, 0.999, 1e-8, 0.0});
+  me::optim::OptimizerOptions options;
+  options.betas = {0.9, 0.999};
+  options.weight_decay = 0.0;
+  me::optim::AdamW opt({{{w}, 0.0}}, options);
   w.mutable_grad() = torch::tensor({1.0}, torch::kDouble);
   opt.step(0.01);
   w.mutable_grad() = torch::tensor({-3.0}, torch::kDouble);
