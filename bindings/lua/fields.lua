@@ -175,6 +175,7 @@ section("train", {
   { "nan_policy", "skip", "skip (a step with a non-finite gradient is skipped and counted) | stop (after max_consecutive_nan in a row)" },
   { "max_consecutive_nan", 3, "with nan_policy = stop: consecutive non-finite steps that stop the run (saving first)" },
   { "straggler_factor", 1.5, "name the slowest rank when its own step time exceeds the median over ranks by this factor; 0: off" },
+  { "deterministic", false, "bit-identical runs and resumes on the GPU: fixed reduction orders (cuBLAS, NCCL, attention), a nondeterministic op an error" },
 }, "recipe.train: how long, and what to log")
 section("sample", {
   { "prompt", "\n", "the text a sample starts from" },

@@ -129,6 +129,7 @@ struct TrainSpec {
   std::string nan_policy;   // skip | stop (after max_consecutive_nan non-finite steps in a row)
   int64_t max_consecutive_nan{};
   double straggler_factor{};  // 0: no straggler report
+  bool deterministic{};       // engine/core/determinism.h
 };
 
 // Checkpoints (engine/checkpoint): Megatron's --save (dir), --save-interval, --load.
@@ -231,6 +232,7 @@ void visit_fields(S& t, V&& v) {
   v("nan_policy", t.nan_policy);
   v("max_consecutive_nan", t.max_consecutive_nan);
   v("straggler_factor", t.straggler_factor);
+  v("deterministic", t.deterministic);
 }
 
 template <class S, class V, if_section<S, CheckpointSpec> = 0>

@@ -183,6 +183,12 @@ std::string dry_run_report(const config::Recipe& spec, const DryRunOptions& opts
   os << plan::describe_layout(comm::RankGrid(opts.world, plan.tp, plan.pp), opts.gpus_per_node) << "\n";
   os << parameter_report(plan) << "\n";
   if (spec.device == "cpu") os << "(the recipe says device = \"cpu\"; the estimate is for its run on CUDA GPUs)\n";
+  os << "deterministic: "
+     << (spec.train.deterministic ? "yes (train.deterministic: the same bits every run and after a resume; fixed "
+                                    "cuBLAS workspaces, NCCL Ring/Simple, FlashAttention's deterministic backward; its "
+                                    "cost on one H100 is in bench/RESULTS.md)"
+                                  : "no (train.deterministic = false: runs agree to rounding, not to the bit)")
+     << "\n";
   os << memory_report(plan, opts.gpu_bytes, opts.gpus_per_node) << "\n";
   // Rank 0 is the first stage's first GPU: the line to hold against the run's own at its end.
   const auto e = plan::estimate_memory(plan);

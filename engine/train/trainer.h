@@ -165,6 +165,7 @@ class Trainer {
   torch::Tensor control_;  // start_control's all-reduce in flight
   int64_t consecutive_nan_ = 0;   // steps in a row with a non-finite gradient
   bool stop_non_finite_ = false;  // train.nan_policy = "stop" has seen enough of them
+  std::string deterministic_settings_;  // train.deterministic: what was set, for the log
 };
 
 }  // namespace me::train

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/core/determinism.h"
 #include "engine/core/format.h"
 #include "engine/core/error.h"
 #include "engine/core/log.h"
@@ -47,6 +48,8 @@ Trainer::Trainer(config::Recipe spec)
       device_(parse_device(spec_.device)),
       phases_(spec_.train.profile_phases, device_.is_cuda()) {
   validate(spec_);
+  // Before anything reaches cuBLAS or NCCL, which read their settings when first used.
+  if (spec_.train.deterministic) deterministic_settings_ = apply_deterministic_mode();
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   connect();
   plan_batches();
@@ -202,6 +205,8 @@ void Trainer::log_start() const {
             plan_.global, " samples (micro ", spec_.batch.micro, " x dp ", plan_.dp, " x accumulation ",
             plan_.accumulation, ")");
   log::info("data: ", data_->describe());
+  log::info("deterministic: ", spec_.train.deterministic ? "on (train.deterministic): " + deterministic_settings_
+                                                          : std::string("off (train.deterministic = false)"));
   if (const int pp = pipeline_->stages(); pp > 1) {
     std::string split;
     for (const int64_t n : stage_.stage_layers(spec_.model.layers)) split += (split.empty() ? "" : "/") + std::to_string(n);

@@ -3,6 +3,7 @@
 // a kernel, so the compositions (the fallback) are what the rest of the CPU suite exercises.
 #include <catch2/catch.hpp>
 
+#include "engine/core/determinism.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/model/transformer.h"
 #include "engine/optim/adamw.h"
@@ -311,4 +312,45 @@ TEST_CASE("a GPT-style model with the kernels on the GPU = the compositions on t
   if (!have_gpu()) return;
   // Biases through the GEMM epilogue (linear_bias), the QKV split without RoPE, tied embeddings.
   check_model_gpu_matches_cpu(tiny(me::model::TransformerConfig::gpt(), 4));
+}
+
+namespace {
+// Loss and every gradient of `config` in bf16 on the GPU, from the same weights and batch.
+std::vector<torch::Tensor> loss_and_grads(me::model::Transformer& model, const torch::Tensor& tokens,
+                                          const torch::Tensor& labels) {
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  auto loss = model->loss(tokens, labels);
+  loss.backward();
+  std::vector<torch::Tensor> out{loss.detach().clone()};
+  for (const auto& p : model->parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("deterministic mode: the fused kernels, attention and the whole model give the same bits twice",
+          "[kernels][gpu][determinism]") {
+  if (!have_gpu()) return;
+  me::apply_deterministic_mode();
+  for (auto config : {tiny(me::model::TransformerConfig::gpt(), 4), tiny_llama()}) {
+    // Big enough for several thread blocks per reduction (the norms' weight gradients, the
+    // attention backward over 256 positions, the cross entropy's rows).
+    config.vocab = 1000;
+    config.seq = 256;
+    config.hidden = 256;
+    me::model::Transformer model(config);
+    model->to(kGpu, torch::kBFloat16);
+    torch::manual_seed(7);
+    auto tokens = torch::randint(0, config.vocab, {4, config.seq}, torch::kLong).to(kGpu);
+    auto labels = torch::randint(0, config.vocab, {4, config.seq}, torch::kLong).to(kGpu);
+    const auto first = loss_and_grads(model, tokens, labels), second = loss_and_grads(model, tokens, labels);
+    INFO(config.activation);
+    REQUIRE(first.size() == second.size());
+    CHECK(torch::equal(first[0], second[0]));
+    const auto names = model->named_parameters().keys();
+    for (size_t i = 1; i < first.size(); ++i) {
+      INFO(names[i - 1]);
+      CHECK(torch::equal(first[i], second[i]));
+    }
+  }
+  at::globalContext().setDeterministicAlgorithms(false, false);
 }
