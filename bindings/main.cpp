@@ -15,7 +15,9 @@
 #include "bindings/lua_host.h"
 #include "engine/comm/launcher.h"
 #include "bindings/repl.h"
+#include "engine/core/exit_status.h"
 #include "engine/core/log.h"
+#include "engine/model/memory_advice.h"
 #include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
 #if ME_HAVE_TOKENIZERS
 #include "engine/data/preprocess.h"
@@ -62,6 +64,13 @@ int die(const std::string& message) {
   return 1;
 }
 
+// Bad command-line usage: exit status 2, as docs/cluster.md says (1 is an error of the run).
+int usage(const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "megaengine: %s\n", message.c_str());
+  return me::kExitUsage;
+}
+
 }  // namespace
 
 // argv without "--nproc N", run again once per rank by the launcher.
@@ -99,14 +108,19 @@ int main(int argc, char** argv) {
     // The dry run's flags come before or after the recipe (an override never starts with "--").
     if (a == "--world" || a == "--gpus-per-node") {
       const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
-      if (v == 0) return die(a + " needs a positive number of GPUs, got '" + (i + 1 < argc ? argv[i + 1] : "") + "'");
+      if (v == 0) return usage(a + " needs a positive number of GPUs, got '" + (i + 1 < argc ? argv[i + 1] : "") + "'");
       (a == "--world" ? file_options.world : file_options.gpus_per_node) = static_cast<int>(v);
       ++i;
       continue;
     }
     if (a == "--gpu-memory") {
-      if (i + 1 >= argc) return die("--gpu-memory needs a size, e.g. --gpu-memory 80GB");
+      if (i + 1 >= argc) return usage("--gpu-memory needs a size, e.g. --gpu-memory 80GB");
       file_options.gpu_memory = argv[++i];
+      try {
+        me::model::parse_memory_size(file_options.gpu_memory);  // "80" alone is refused, not 80 bytes
+      } catch (const std::exception& e) {
+        return usage(e.what());
+      }
       continue;
     }
     if (!recipe.empty()) {
@@ -122,7 +136,7 @@ int main(int argc, char** argv) {
           "=version", &error);
       return ok ? 0 : die(error);
     } else if (a == "-e") {
-      if (i + 1 >= argc) return die("-e needs a chunk of Lua code: megaengine -e 'print(1)'");
+      if (i + 1 >= argc) return usage("-e needs a chunk of Lua code: megaengine -e 'print(1)'");
       chunks.push_back(argv[++i]);
     } else if (a == "-i") {
       interactive = true;
@@ -133,14 +147,14 @@ int main(int argc, char** argv) {
       std::string error;
       const std::string name = i + 1 < argc ? argv[i + 1] : "";
       if (name.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.") != std::string::npos)
-        return die("--fields takes a section name such as parallel or model.llama, got '" + name + "'");
+        return usage("--fields takes a section name such as parallel or model.llama, got '" + name + "'");
       const std::string section = name.empty() ? "nil" : "'" + name + "'";
       const bool ok = host.run_chunk("print(require('megaengine.fields').describe(" + section + "))", "=fields", &error);
       return ok ? 0 : die(error.substr(0, error.find("\nstack traceback")));
     } else if (a == "--nproc") {
       const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
       if (v == 0 || v > 4096)
-        return die(std::string("--nproc needs a positive number of processes, got '") + (i + 1 < argc ? argv[i + 1] : "") + "'");
+        return usage(std::string("--nproc needs a positive number of processes, got '") + (i + 1 < argc ? argv[i + 1] : "") + "'");
       nproc = static_cast<int>(v);
       ++i;
     } else if (a == "doctor" && recipe.empty()) {
@@ -166,14 +180,14 @@ int main(int argc, char** argv) {
                  "found at configure time): install them and rebuild to use preprocess");
 #endif
     } else if (a.size() > 1 && a[0] == '-') {
-      return die("unknown option '" + a + "' (see megaengine --help)");
+      return usage("unknown option '" + a + "' (see megaengine --help)");
     } else {
       recipe = a;
     }
   }
 
   if (!dry_run && (file_options.world > 0 || !file_options.gpu_memory.empty()))
-    return die("--world and --gpu-memory describe the cluster for --dry-run; to train on N ranks use --nproc N "
+    return usage("--world and --gpu-memory describe the cluster for --dry-run; to train on N ranks use --nproc N "
                "(or srun)");
   if (nproc > 0) {
     try {

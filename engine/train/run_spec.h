@@ -6,6 +6,10 @@
 // binding reads it (bindings/lua_recipe.cpp). visit_fields() names each field once, for that
 // reader, for the checkpoint's copy of the resolved recipe and for the test that the two sides
 // list the same fields.
+//
+// Each section's check() throws me::Error naming the field and what it expects; RunSpec::check()
+// runs them all with the checks across sections. The run and `--dry-run` both call it, so a value
+// the run would refuse is refused by the dry run too (never "fits").
 #pragma once
 #include <array>
 #include <cstdint>
@@ -38,6 +42,8 @@ struct DataSpec {
   // When set: a text or jsonl file that rank 0 preprocesses into the (single) prefix first if
   // its .bin/.idx are missing or older than it.
   std::string source, source_format, json_key;
+
+  void check() const;
 };
 
 struct OptimSpec {
@@ -45,6 +51,8 @@ struct OptimSpec {
   double lr{};
   std::array<double, 2> betas{};  // AdamW's beta1, beta2
   double eps{}, weight_decay{}, clip{}, momentum{};
+
+  void check() const;
 };
 
 // How the learning rate moves, in iterations or (any *_samples > 0) in samples, as Megatron's
@@ -59,11 +67,14 @@ struct ScheduleSpec {
   // The schedule for a run of `iters` steps of `global_batch` samples peaking at `max_lr`
   // (decay 0: the whole run), checked.
   optim::LRSchedule resolve(double max_lr, int64_t iters, int64_t global_batch) const;
+  void check() const;
 };
 
 struct BatchSpec {
   int64_t micro{};
   int64_t global{};  // 0: micro x data-parallel size (no accumulation)
+
+  void check() const;
 };
 
 struct ParallelSpec {
@@ -105,12 +116,16 @@ struct ParallelSpec {
   // windows) for the overlapped sequence-parallel all-gathers to fill in place (NCCL's symmetric
   // kernels; the copy engines with comm.nccl_cta_policy = "zero"); 0: ordinary memory.
   double tp_symmetric_mb{};
+
+  void check() const;  // this section's own fields (RunSpec::check: those tied to others)
 };
 
 struct CommSpec {
   std::string backend;
   double timeout_s{}, heartbeat_s{}, dead_after_s{};
   std::string nccl_cta_policy;  // comm::CommOptions::nccl_cta_policy
+
+  void check() const;
 };
 
 struct TrainSpec {
@@ -131,6 +146,8 @@ struct TrainSpec {
   std::string nan_policy;   // skip | stop (after max_consecutive_nan non-finite steps in a row)
   int64_t max_consecutive_nan{};
   double straggler_factor{};  // 0: no straggler report
+
+  void check() const;
 };
 
 // Checkpoints (engine/checkpoint): Megatron's --save (dir), --save-interval, --load.
@@ -141,6 +158,8 @@ struct CheckpointSpec {
   bool async{};
   std::string load;       // resume from here when dir holds no checkpoint
   bool save_on_exit{};
+
+  void check() const;
 };
 
 struct SampleSpec {
@@ -148,11 +167,15 @@ struct SampleSpec {
   int64_t tokens{};  // 0: no sample at the end
   int64_t top_k{};
   double temperature{};
+
+  void check() const;
 };
 
 struct LogSpec {
   std::string level;  // the log level; the bindings apply it (ME_LOG_LEVEL wins)
   std::string dir;    // "": no metrics files; else TensorBoard events + metrics.jsonl (train::RunMetrics)
+
+  void check() const;
 };
 
 // Hooks a recipe may give; each may throw me::Error to stop the run.
@@ -180,11 +203,23 @@ struct RunSpec {
   CheckpointSpec checkpoint;
   LogSpec log;
   RunHooks hooks;
+
+  // Every check that needs only the recipe (not the world size or the data): each section's and
+  // those across sections (precision, the model, the pipeline split).
+  void check() const;
 };
 
-// Throws me::Error naming the field and what it expects, before anything is built: every
-// check that needs only the recipe (not the world size or the data).
+// Throws me::Error naming the field and what it expects, before anything is built (spec.check()).
 void validate(const RunSpec& spec);
+
+// The step plan of a run on `dp` data-parallel ranks: the global batch, the accumulation steps
+// and the iterations (train.samples / global batch, rounded up, when samples are given), with
+// the learning-rate schedule they make checked. The trainer and the dry run both use it.
+struct StepPlan {
+  int64_t global{}, accumulation{}, iters{};
+  bool from_samples{};  // iters came from train.samples
+};
+StepPlan plan_steps(const RunSpec& spec, int64_t dp);
 
 // ---- every field by name, once ----------------------------------------------------------
 // visit_fields(section, v) calls v("name", member) for each field of a recipe section, in
