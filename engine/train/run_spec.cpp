@@ -86,6 +86,7 @@ void BatchSpec::check() const {
 
 void CommSpec::check() const {
   ME_CHECK(timeout_s > 0 && heartbeat_s > 0, "comm.timeout_s and comm.heartbeat_s must be positive");
+  ME_CHECK(rendezvous_timeout_s > 0, "comm.rendezvous_timeout_s must be positive, got ", rendezvous_timeout_s);
   ME_CHECK(dead_after_s >= 0, "comm.dead_after_s must be >= 0 seconds (0: off), got ", dead_after_s);
   comm::check_nccl_cta_policy(nccl_cta_policy);  // also without a communicator (one process)
 }

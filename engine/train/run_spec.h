@@ -123,6 +123,7 @@ struct ParallelSpec {
 struct CommSpec {
   std::string backend;
   double timeout_s{}, heartbeat_s{}, dead_after_s{};
+  double rendezvous_timeout_s{};  // the ranks' wait for each other at the start
   std::string nccl_cta_policy;  // comm::CommOptions::nccl_cta_policy
 
   void check() const;
@@ -257,6 +258,7 @@ template <class S, class V, if_section<S, CommSpec> = 0>
 void visit_fields(S& c, V&& v) {
   v("backend", c.backend);
   v("timeout_s", c.timeout_s);
+  v("rendezvous_timeout_s", c.rendezvous_timeout_s);
   v("heartbeat_s", c.heartbeat_s);
   v("dead_after_s", c.dead_after_s);
   v("nccl_cta_policy", c.nccl_cta_policy);

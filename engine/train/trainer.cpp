@@ -126,6 +126,7 @@ void Trainer::connect() {
   o.backend = spec_.comm.backend;
   o.device = spec_.device;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec_.comm.timeout_s * 1000));
+  o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(spec_.comm.rendezvous_timeout_s * 1000));
   o.heartbeat_s = spec_.comm.heartbeat_s;
   o.dead_after_s = spec_.comm.dead_after_s;
   o.nccl_cta_policy = spec_.comm.nccl_cta_policy;
