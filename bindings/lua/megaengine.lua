@@ -335,10 +335,25 @@ function me.help(...) print(me.help_text(...)) end
 
 -- Applies "a.b.c=value" strings to a recipe. The type of the value comes from the field
 -- it replaces; an unknown path lists the valid keys at the level where it went wrong.
+-- Why `text` (an override's key, or a whole argument) is not a key: the first byte that is not
+-- an ASCII letter, digit, '_' or '.' (a look-alike letter, a non-ASCII '=' pasted from a document).
+local function bad_key_char(text)
+  local at = text:find("[^%w_%.=]")
+  if not at then return nil end
+  local char = text:match("^[\xC0-\xF7][\x80-\xBF]*", at) or text:sub(at, at)
+  return ("'%s' at byte %d is not an ASCII letter, digit, '_' or '.'%s"):format(char, at,
+    char:byte() >= 128 and " (a non-ASCII character that looks like one?)" or "")
+end
+me._bad_key_char = bad_key_char
+
 function me.apply_overrides(recipe, list)
   unused_recipes[recipe] = nil
   for _, item in ipairs(list) do
     local path, text = item:match("^([%w_%.]+)=(.*)$")
+    local key = item:match("^([^=]+)=")
+    if not path and key and bad_key_char(key) then
+      error(("override '%s': in the key '%s', %s"):format(item, key, bad_key_char(key)), 0)
+    end
     if not path then
       error(("override '%s' is not of the form key=value (e.g. train.iters=50)"):format(item), 0)
     end
@@ -470,7 +485,9 @@ function me._run_file(path, args, opts)
   end
   for _, a in ipairs(args) do
     if not a:find("=", 1, true) then
-      error(("argument '%s' is not an override of the form key=value (e.g. train.iters=50)"):format(a), 0)
+      local why = bad_key_char(a)
+      error(("argument '%s' is not an override of the form key=value (e.g. train.iters=50)%s"):format(a,
+        why and "; " .. why or ""), 0)
     end
   end
   local recipe = me.is_recipe(result) and result or me.recipe(result)
