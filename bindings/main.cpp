@@ -31,7 +31,7 @@ const char* kUsage =
     "  megaengine recipe.lua [key=value ...]  run a recipe; overrides reach any field by dotted path,\n"
     "                                         e.g. train.iters=50 optimizer.lr=3e-4 device=cuda\n"
     "  megaengine -i recipe.lua [key=value]   run it, then stay in the REPL with recipe, trainer, summary\n"
-    "  megaengine -e 'lua code'               run a chunk (may repeat; runs before any recipe)\n"
+    "  megaengine -e 'lua code'               run a chunk with `me` defined (may repeat; runs before any recipe)\n"
     "  megaengine --dry-run recipe.lua ... [--world N] [--gpu-memory 80GB] [--gpus-per-node 8]\n"
     "                                         print the resolved recipe, the layout of N GPUs (tp/pp/dp groups\n"
     "                                         and their nodes), parameter counts and the memory per GPU with a\n"
@@ -200,6 +200,8 @@ int main(int argc, char** argv) {
     me::log::init_from_env();
     me::lua::LuaHost host;
     std::string error;
+    // -e code sees `me` as the REPL does (megaengine -e 'print(me.tensor.zeros{2})').
+    if (!chunks.empty() && !host.run_chunk("me = require 'megaengine'", "=(command line)", &error)) return die(error);
     for (const auto& c : chunks)
       if (!host.run_chunk(c, "=(command line)", &error)) return die(error);
     int status = 0;
