@@ -129,7 +129,8 @@ void Communicator::start_store() {
   }
   store_address_ = StoreAddress{env_.master_addr, env_.master_port, token.value,
                                 cat("rank ", env_.rank, " (", this_host(), ")")};
-  const auto limit = options_.connect_timeout, start = Clock::now();
+  const milliseconds limit = options_.connect_timeout;
+  const auto start = Clock::now();
   while (!store_) {  // in slices, saying every few seconds that rank 0's store is awaited
     const auto left = std::chrono::duration_cast<milliseconds>(limit - (Clock::now() - start));
     try {
@@ -183,9 +184,19 @@ std::vector<std::string> Communicator::all_gather_object(const std::string& mine
   const int64_t round = ++object_round_;
   const std::string prefix = cat("me/obj/", round, "/");
   store_->set(prefix + std::to_string(env_.rank), bytes(mine));
-  wait_for_ranks(*store_, prefix, env_, options_.connect_timeout);
+  // The first round is the rendezvous at the start: there, say who is missing while waiting.
+  if (round == 1) wait_for_ranks(*store_, prefix, env_, options_.connect_timeout);
   std::vector<std::string> out(static_cast<size_t>(env_.world));
-  for (int r = 0; r < env_.world; ++r) out[static_cast<size_t>(r)] = text(store_->get(prefix + std::to_string(r)));
+  for (int r = 0; r < env_.world; ++r) {
+    const std::string key = prefix + std::to_string(r);
+    try {
+      store_->wait({key}, options_.connect_timeout);
+    } catch (const std::exception&) {
+      fail("rank ", env_.rank, ": rank ", r, " did not publish '", key, "' within ",
+           human::seconds(options_.connect_timeout.count() / 1000.0), " (it has not started, or died)");
+    }
+    out[static_cast<size_t>(r)] = text(store_->get(key));
+  }
   return out;
 }
 

@@ -49,13 +49,10 @@ optim::LRSchedule ScheduleSpec::resolve(double max_lr, int64_t iters, int64_t gl
 
 void ScheduleSpec::check() const {
   optim::LRSchedule::parse_kind(kind);
-  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"warmup_iters", warmup_iters},
-                                {"decay_iters", decay_iters},
-                                {"wsd_decay_iters", wsd_decay_iters},
-                                {"warmup_samples", warmup_samples},
-                                {"decay_samples", decay_samples},
-                                {"wsd_decay_samples", wsd_decay_samples}})
-    ME_CHECK(v >= 0, "schedule.", name, " must be >= 0, got ", v);
+  const std::pair<const char*, int64_t> lengths[] = {
+      {"warmup_iters", warmup_iters},     {"decay_iters", decay_iters},     {"wsd_decay_iters", wsd_decay_iters},
+      {"warmup_samples", warmup_samples}, {"decay_samples", decay_samples}, {"wsd_decay_samples", wsd_decay_samples}};
+  for (const auto& [name, v] : lengths) ME_CHECK(v >= 0, "schedule.", name, " must be >= 0, got ", v);
   ME_CHECK(min_lr >= 0, "schedule.min_lr must be >= 0, got ", min_lr);
 }
 
