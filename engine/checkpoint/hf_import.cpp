@@ -62,7 +62,7 @@ int64_t layers_in(const std::vector<std::string>& names) {
       if (dot == std::string::npos || dot == start || dot - start > 9 ||
           name.find_first_not_of("0123456789", start) != dot)
         continue;
-      most = std::max(most, std::stoll(name.substr(start, dot - start)) + 1);
+      most = std::max<int64_t>(most, std::stoll(name.substr(start, dot - start)) + 1);
     }
   return most;
 }
