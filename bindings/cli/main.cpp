@@ -16,7 +16,9 @@
 #include "bindings/lua/lua_host.h"
 #include "engine/launch/launcher.h"
 #include "bindings/cli/repl.h"
+#include "engine/core/exit_status.h"
 #include "engine/core/log.h"
+#include "engine/plan/memory_advice.h"
 #include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
 #if ME_HAVE_TOKENIZERS
 #include "engine/data/preprocess.h"
@@ -30,7 +32,7 @@ const char* kUsage =
     "  megaengine recipe.lua [key=value ...]  run a recipe; overrides reach any field by dotted path,\n"
     "                                         e.g. train.iters=50 optimizer.lr=3e-4 device=cuda\n"
     "  megaengine -i recipe.lua [key=value]   run it, then stay in the REPL with recipe, trainer, summary\n"
-    "  megaengine -e 'lua code'               run a chunk (may repeat; runs before any recipe)\n"
+    "  megaengine -e 'lua code'               run a chunk with `me` defined (may repeat; runs before any recipe)\n"
     "  megaengine --dry-run recipe.lua ... [--world N] [--gpu-memory 80GB] [--gpus-per-node 8]\n"
     "                                         print the resolved recipe, the layout of N GPUs (tp/pp/dp groups\n"
     "                                         and their nodes), parameter counts and the memory per GPU with a\n"
@@ -107,6 +109,13 @@ const Subcommand* find_subcommand(const std::string& name) {
   return nullptr;
 }
 
+// Bad command-line usage: exit status 2, as docs/cluster.md says (1 is an error of the run).
+int usage(const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "megaengine: %s\n", message.c_str());
+  return me::kExitUsage;
+}
+
 }  // namespace
 
 // argv without "--nproc N", run again once per rank by the launcher.
@@ -144,14 +153,19 @@ int main(int argc, char** argv) {
     // The dry run's flags come before or after the recipe (an override never starts with "--").
     if (a == "--world" || a == "--gpus-per-node") {
       const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
-      if (v == 0) return die(a + " needs a positive number of GPUs, got '" + (i + 1 < argc ? argv[i + 1] : "") + "'");
+      if (v == 0) return usage(a + " needs a positive number of GPUs, got '" + (i + 1 < argc ? argv[i + 1] : "") + "'");
       (a == "--world" ? file_options.world : file_options.gpus_per_node) = static_cast<int>(v);
       ++i;
       continue;
     }
     if (a == "--gpu-memory") {
-      if (i + 1 >= argc) return die("--gpu-memory needs a size, e.g. --gpu-memory 80GB");
+      if (i + 1 >= argc) return usage("--gpu-memory needs a size, e.g. --gpu-memory 80GB");
       file_options.gpu_memory = argv[++i];
+      try {
+        me::plan::parse_memory_size(file_options.gpu_memory);  // "80" alone is refused, not 80 bytes
+      } catch (const std::exception& e) {
+        return usage(e.what());
+      }
       continue;
     }
     if (!recipe.empty()) {
@@ -167,7 +181,7 @@ int main(int argc, char** argv) {
           "=version", &error);
       return ok ? 0 : die(error);
     } else if (a == "-e") {
-      if (i + 1 >= argc) return die("-e needs a chunk of Lua code: megaengine -e 'print(1)'");
+      if (i + 1 >= argc) return usage("-e needs a chunk of Lua code: megaengine -e 'print(1)'");
       chunks.push_back(argv[++i]);
     } else if (a == "-i") {
       interactive = true;
@@ -178,27 +192,27 @@ int main(int argc, char** argv) {
       std::string error;
       const std::string name = i + 1 < argc ? argv[i + 1] : "";
       if (name.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.") != std::string::npos)
-        return die("--fields takes a section name such as parallel or model.llama, got '" + name + "'");
+        return usage("--fields takes a section name such as parallel or model.llama, got '" + name + "'");
       const std::string section = name.empty() ? "nil" : "'" + name + "'";
       const bool ok = host.run_chunk("print(require('megaengine.fields').describe(" + section + "))", "=fields", &error);
       return ok ? 0 : die(error.substr(0, error.find("\nstack traceback")));
     } else if (a == "--nproc") {
       const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
       if (v == 0 || v > 4096)
-        return die(std::string("--nproc needs a positive number of processes, got '") + (i + 1 < argc ? argv[i + 1] : "") + "'");
+        return usage(std::string("--nproc needs a positive number of processes, got '") + (i + 1 < argc ? argv[i + 1] : "") + "'");
       nproc = static_cast<int>(v);
       ++i;
     } else if (const auto* sub = find_subcommand(a); sub && recipe.empty()) {
       return sub->run(argc - i - 1, argv + i + 1);
     } else if (a.size() > 1 && a[0] == '-') {
-      return die("unknown option '" + a + "' (see megaengine --help)");
+      return usage("unknown option '" + a + "' (see megaengine --help)");
     } else {
       recipe = a;
     }
   }
 
   if (!dry_run && (file_options.world > 0 || !file_options.gpu_memory.empty()))
-    return die("--world and --gpu-memory describe the cluster for --dry-run; to train on N ranks use --nproc N "
+    return usage("--world and --gpu-memory describe the cluster for --dry-run; to train on N ranks use --nproc N "
                "(or srun)");
   if (nproc > 0) {
     try {
@@ -211,6 +225,8 @@ int main(int argc, char** argv) {
     me::log::init_from_env();
     me::lua::LuaHost host;
     std::string error;
+    // -e code sees `me` as the REPL does (megaengine -e 'print(me.tensor.zeros{2})').
+    if (!chunks.empty() && !host.run_chunk("me = require 'megaengine'", "=(command line)", &error)) return die(error);
     for (const auto& c : chunks)
       if (!host.run_chunk(c, "=(command line)", &error)) return die(error);
     int status = 0;

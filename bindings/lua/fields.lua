@@ -156,6 +156,7 @@ section("parallel", {
 section("comm", {
   { "backend", "auto", "auto (nccl on cuda, gloo on cpu) | nccl | gloo" },
   { "timeout_s", 600.0, "a collective that takes longer ends the job, naming the rank that did not arrive" },
+  { "rendezvous_timeout_s", 300.0, "how long the ranks wait for each other at the start (saying who is missing)" },
   { "heartbeat_s", 1.0, "how often each rank publishes its heartbeat and progress" },
   { "dead_after_s", 60.0, "a rank whose heartbeat is silent this long is dead: the job ends, naming it; 0: off" },
   { "nccl_cta_policy", "default", "default | efficiency | zero: NCCL's thread-block policy for every communicator" },

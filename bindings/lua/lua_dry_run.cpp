@@ -1,6 +1,7 @@
 // `megaengine --dry-run`'s report from Lua: core.dry_run(recipe, {world=, gpus_per_node=,
 // gpu_memory=}) reads the resolved recipe (as the trainer does) and returns the layout table, parameter counts, memory estimate and
-// verdict (engine/plan/memory_report.h). Shapes only: no weights, no data files.
+// verdict (engine/plan/memory_report.h), after the checks the run makes (config::validate,
+// config::plan_steps). Shapes only: no weights, no data files.
 #include "bindings/lua/lua_recipe.h"
 #include "bindings/lua/lua_util.h"
 #include "bindings/lua/modules.h"
@@ -9,10 +10,29 @@
 namespace me::lua {
 namespace {
 
+std::string grouped(int64_t n) {  // 508627 -> "508,627"
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > (n < 0 ? 1 : 0); i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+// The run's length and batch as the trainer plans them (config::plan_steps, the same checks).
+std::string steps_line(const config::Recipe& spec, int world) {
+  const int64_t dp = world / (spec.parallel.tp * spec.parallel.pp);
+  const auto p = config::plan_steps(spec, dp);
+  std::string s = cat("iterations: ", grouped(p.iters));
+  if (p.from_samples)
+    s += cat(" (train.samples = ", grouped(spec.train.samples), " / global batch ", p.global,
+             ", rounded up; train.iters is not used)");
+  return s + cat(", global batch ", p.global, " = micro ", spec.batch.micro, " x ", dp, " data-parallel rank",
+                 dp == 1 ? "" : "s", " x ", p.accumulation, " accumulation step", p.accumulation == 1 ? "" : "s", "\n");
+}
+
 // core.dry_run(recipe, opts) -> the report (a string)
 int dry_run(lua_State* L) {
   check_table(L, 1);
   const auto spec = read_recipe(L, 1);  // the resolved recipe: every field is there
+  config::validate(spec);                   // the run's own checks: what it refuses, the dry run refuses
   plan::DryRunOptions o;
   o.world = 0;
   std::string world_note;
@@ -28,7 +48,8 @@ int dry_run(lua_State* L) {
     world_note = cat("world: --world not given, so tp x pp = ", o.world, " GPU", o.world == 1 ? "" : "s",
                      " (one data-parallel replica); --world N for the cluster's GPUs\n");
   }
-  const auto report = world_note + plan::dry_run_report(spec, o);
+  auto report = plan::dry_run_report(spec, o);  // checks the world against the layout first
+  report = world_note + steps_line(spec, o.world) + report;
   lua_pushlstring(L, report.data(), report.size());
   return 1;
 }

@@ -289,6 +289,9 @@ end
 ---------------------------------------------------------------------------------------
 
 local Recipe = spec_meta("recipe")
+-- Recipes made but never looked at (me.is_recipe, me.trainer, overrides): a recipe file that
+-- returns nothing but left one here forgot its `return` (me._run_file).
+local unused_recipes = {}
 local recipe_defaults = fields.defaults("recipe")  -- model, data, optimizer, schedule filled below
 local section_names = fields.recipe_sections
 for _, name in ipairs(section_names) do recipe_defaults[name] = fields.defaults(name) end
@@ -311,10 +314,15 @@ function me.recipe(t)
   r.optimizer = t.optimizer or me.optim.adamw {}
   r.schedule = t.schedule or me.schedule.cosine {}
   if r.on_log and type(r.on_log) ~= "function" then error("recipe.on_log must be a function", 2) end
-  return setmetatable(r, Recipe)
+  setmetatable(r, Recipe)
+  unused_recipes[r] = true
+  return r
 end
 
-function me.is_recipe(t) return getmetatable(t) == Recipe end
+function me.is_recipe(t)
+  unused_recipes[t] = nil  -- looked at: a script's recipe, not one a recipe file forgot to return
+  return getmetatable(t) == Recipe
+end
 help_sections[me.recipe] = fields.section_of(recipe_defaults)
 help_sections[Recipe] = help_sections[me.recipe]
 
@@ -327,9 +335,25 @@ function me.help(...) print(me.help_text(...)) end
 
 -- Applies "a.b.c=value" strings to a recipe. The type of the value comes from the field
 -- it replaces; an unknown path lists the valid keys at the level where it went wrong.
+-- Why `text` (an override's key, or a whole argument) is not a key: the first byte that is not
+-- an ASCII letter, digit, '_' or '.' (a look-alike letter, a non-ASCII '=' pasted from a document).
+local function bad_key_char(text)
+  local at = text:find("[^%w_%.=]")
+  if not at then return nil end
+  local char = text:match("^[\xC0-\xF7][\x80-\xBF]*", at) or text:sub(at, at)
+  return ("'%s' at byte %d is not an ASCII letter, digit, '_' or '.'%s"):format(char, at,
+    char:byte() >= 128 and " (a non-ASCII character that looks like one?)" or "")
+end
+me._bad_key_char = bad_key_char
+
 function me.apply_overrides(recipe, list)
+  unused_recipes[recipe] = nil
   for _, item in ipairs(list) do
     local path, text = item:match("^([%w_%.]+)=(.*)$")
+    local key = item:match("^([^=]+)=")
+    if not path and key and bad_key_char(key) then
+      error(("override '%s': in the key '%s', %s"):format(item, key, bad_key_char(key)), 0)
+    end
     if not path then
       error(("override '%s' is not of the form key=value (e.g. train.iters=50)"):format(item), 0)
     end
@@ -387,6 +411,7 @@ end
 
 function me.trainer(recipe)
   if not me.is_recipe(recipe) then recipe = me.recipe(recipe) end
+  unused_recipes[recipe] = nil
   return core.trainer(recipe)
 end
 
@@ -436,14 +461,23 @@ function me._run_file(path, args, opts)
   f:close()
   local chunk, err = loadfile(path)
   if not chunk then error(err, 0) end
-  local ok, result = xpcall(chunk, core.traceback, table.unpack(args))
+  for r in pairs(unused_recipes) do unused_recipes[r] = nil end
+  local out = table.pack(xpcall(chunk, core.traceback, table.unpack(args)))
+  local ok, result = out[1], out[2]
   if not ok then error(locate_in_recipe(tostring(result), path), 0) end
   local overrides = {}
   for _, a in ipairs(args) do
     if a:find("=", 1, true) then overrides[#overrides + 1] = a end
   end
   if result == nil then
-    if #overrides > 0 then error(("%s returned no recipe, so the overrides cannot apply"):format(path), 0) end
+    -- A script (a test, a tool) returns nothing and trains itself; a recipe file that made a
+    -- recipe and returned nothing forgot its `return`, and a dry run or overrides need one.
+    local forgot = out.n == 1 and next(unused_recipes) ~= nil
+    if forgot or opts.dry_run or #overrides > 0 then
+      error(("%s returned nothing%s: end it with `return me.recipe { ... }`"):format(path,
+        forgot and " (it made a recipe and dropped it)" or opts.dry_run and ", so --dry-run has no recipe to check"
+        or ", so the overrides cannot apply"), 0)
+    end
     return nil
   end
   if type(result) ~= "table" then
@@ -451,17 +485,21 @@ function me._run_file(path, args, opts)
   end
   for _, a in ipairs(args) do
     if not a:find("=", 1, true) then
-      error(("argument '%s' is not an override of the form key=value (e.g. train.iters=50)"):format(a), 0)
+      local why = bad_key_char(a)
+      error(("argument '%s' is not an override of the form key=value (e.g. train.iters=50)%s"):format(a,
+        why and "; " .. why or ""), 0)
     end
   end
   local recipe = me.is_recipe(result) and result or me.recipe(result)
   me.apply_overrides(recipe, overrides)
   if opts.dry_run then
+    -- The run's checks, then the layout of opts.world GPUs, the iterations, parameters per
+    -- stage, memory per GPU and the verdict (bindings/lua/lua_dry_run.cpp): shapes only, no weights, no
+    -- data. Made before anything is printed: a recipe the run would refuse prints only why.
+    local report = core.dry_run(recipe, opts)
     print(pretty(recipe))
     print(("model parameters: %d"):format(recipe.model:parameter_count(recipe.parallel.tp)))
-    -- The layout of opts.world GPUs, parameters per stage, memory per GPU and the verdict
-    -- (bindings/lua/lua_dry_run.cpp): shapes only, no weights, no data.
-    print(core.dry_run(recipe, opts))
+    print(report)
     return recipe
   end
   local trainer = me.trainer(recipe)

@@ -30,6 +30,7 @@ std::optional<int64_t> parse_iteration_name(const std::string& name) {
 std::optional<int64_t> parse_tracker(const std::string& text) {
   std::string t = text;
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  if (t == "release") return kReleaseIteration;
   if (t.empty() || t.size() > 18 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
   return std::stoll(t);
 }
@@ -46,6 +47,7 @@ void fsync_path(const std::string& path, int flags) {
 }  // namespace
 
 std::string CheckpointDir::iteration_path(int64_t iteration) const {
+  if (iteration == kReleaseIteration) return files::join(dir_, "release");
   char name[32];
   std::snprintf(name, sizeof name, "iter_%07lld", static_cast<long long>(iteration));
   return files::join(dir_, name);
@@ -55,8 +57,9 @@ std::optional<int64_t> CheckpointDir::latest() const {
   const auto tracker = files::join(dir_, kTrackerFile);
   if (!files::exists(tracker)) return std::nullopt;
   const auto it = parse_tracker(read_file(tracker));
-  ME_CHECK(it, "'", tracker, "' does not hold an iteration number: fix or remove it");
-  ME_CHECK(files::is_directory(iteration_path(*it)), "'", tracker, "' names iteration ", *it, ", but ",
+  ME_CHECK(it, "'", tracker, "' does not hold an iteration number (or \"release\"): fix or remove it");
+  ME_CHECK(files::is_directory(iteration_path(*it)), "'", tracker, "' names ",
+           *it == kReleaseIteration ? std::string("the release") : cat("iteration ", *it), ", but ",
            iteration_path(*it), " does not exist: restore it, or point the tracker at a saved iteration");
   return it;
 }

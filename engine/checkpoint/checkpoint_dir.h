@@ -13,6 +13,9 @@
 namespace me::checkpoint {
 
 inline constexpr const char* kTrackerFile = "latest_checkpointed_iteration.txt";
+// A tracker holding "release" (Megatron's converted and released checkpoints) names the
+// <dir>/release directory: latest() returns this, and iteration_path() maps it there.
+inline constexpr int64_t kReleaseIteration = -1;
 inline constexpr const char* kMetadataFile = "metadata.json";
 
 class CheckpointDir {
@@ -20,9 +23,10 @@ class CheckpointDir {
   explicit CheckpointDir(std::string dir) : dir_(std::move(dir)) {}
 
   const std::string& path() const { return dir_; }
-  std::string iteration_path(int64_t iteration) const;  // <dir>/iter_0001000
-  // The iteration the tracker names, or none when there is no tracker. A tracker naming a
-  // directory that does not exist, or text that is not an iteration, is an error naming it.
+  std::string iteration_path(int64_t iteration) const;  // <dir>/iter_0001000 (<dir>/release)
+  // The iteration the tracker names (kReleaseIteration for "release"), or none when there is no
+  // tracker. A tracker naming a directory that does not exist, or text that is not an iteration,
+  // is an error naming it.
   std::optional<int64_t> latest() const;
 
   // Creates <dir> if needed and <dir>/iter_N.tmp-<nonce>/; returns the latter.

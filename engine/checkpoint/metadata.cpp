@@ -1,5 +1,7 @@
 #include "engine/checkpoint/metadata.h"
 
+#include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
@@ -143,6 +145,70 @@ std::string Metadata::to_json() const {
   return j.dump(1);
 }
 
+namespace {
+
+// Which field of a metadata.json is missing or of the wrong type, for the message (nlohmann's
+// own says only "type must be number, but is string"). Kinds: 'i' integer, 'u' unsigned,
+// 'n' number, 's' string, 'b' boolean, 'o' object, 'a' array of integers.
+struct FieldCheck {
+  std::string bad;  // "field 'layout.tp' is a string, expected an integer"; empty: none found
+  void need(const json& parent, const std::string& path, const char* key, char kind, bool optional = false) {
+    if (!bad.empty()) return;
+    if (!parent.is_object() || !parent.contains(key)) {
+      if (!optional) bad = cat("field '", path, key, "' is missing");
+      return;
+    }
+    const json& v = parent.at(key);
+    const bool ok = kind == 'i'   ? v.is_number_integer()
+                    : kind == 'u' ? v.is_number_unsigned()
+                    : kind == 'n' ? v.is_number()
+                    : kind == 's' ? v.is_string()
+                    : kind == 'b' ? v.is_boolean()
+                    : kind == 'o' ? v.is_object()
+                                  : v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) {
+                                      return x.is_number_integer();
+                                    });
+    static const std::map<char, const char*> names = {{'i', "an integer"}, {'u', "a non-negative integer"},
+                                                      {'n', "a number"},   {'s', "a string"},
+                                                      {'b', "true or false"}, {'o', "an object"},
+                                                      {'a', "an array of integers"}};
+    if (!ok) bad = cat("field '", path, key, "' has type ", v.type_name(), ", expected ", names.at(kind));
+  }
+};
+
+std::string bad_field(const json& j) {
+  FieldCheck c;
+  for (const char* k : {"version", "iteration", "consumed_samples"}) c.need(j, "", k, 'i');
+  for (const char* k : {"skipped_iterations", "nan_iterations", "optimizer_steps", "vocab"}) c.need(j, "", k, 'i', true);
+  c.need(j, "", "layout", 'o');
+  c.need(j, "", "tensors", 'o');
+  c.need(j, "", "shards", 'o');
+  if (!c.bad.empty()) return c.bad;
+  for (const char* k : {"world", "tp", "pp", "dp"}) c.need(j["layout"], "layout.", k, 'i');
+  c.need(j["layout"], "layout.", "stage_layers", 'a');
+  c.need(j["layout"], "layout.", "distributed_optimizer", 'b');
+  c.need(j["layout"], "layout.", "precision", 's', true);
+  for (const auto& [name, t] : j["tensors"].items()) {
+    const std::string at = "tensors." + name + ".";
+    c.need(t, at, "dtype", 's');
+    c.need(t, at, "shape", 'a');
+    if (c.bad.empty() && !(t.contains("pieces") && t["pieces"].is_array())) c.bad = cat("field '", at, "pieces' is not an array");
+    for (size_t i = 0; c.bad.empty() && i < t["pieces"].size(); ++i) {
+      const std::string piece = cat(at, "pieces[", i, "].");
+      for (const char* k : {"file", "key"}) c.need(t["pieces"][i], piece, k, 's');
+      for (const char* k : {"dim", "start", "length", "flat_start", "flat_length"}) c.need(t["pieces"][i], piece, k, 'i');
+    }
+  }
+  for (const auto& [name, s] : j["shards"].items()) {
+    c.need(s, "shards." + name + ".", "rank", 'i');
+    c.need(s, "shards." + name + ".", "bytes", 'u');
+    c.need(s, "shards." + name + ".", "crc32c", 's');
+  }
+  return c.bad.empty() ? "a field of the checkpoint's metadata is missing or has the wrong type" : c.bad;
+}
+
+}  // namespace
+
 Metadata Metadata::parse(const std::string& text, const std::string& file) {
   Metadata m;
   json j;
@@ -193,7 +259,7 @@ Metadata Metadata::parse(const std::string& text, const std::string& file) {
       m.shards[f] = r;
     }
   } catch (const json::exception& e) {
-    fail("'", file, "': a field of the checkpoint's metadata is missing or has the wrong type (", e.what(), ")");
+    fail("'", file, "': ", bad_field(j), " (", e.what(), ")");
   } catch (const std::invalid_argument&) {
     fail("'", file, "': a shard checksum is not hexadecimal");
   }

@@ -180,7 +180,9 @@ std::vector<TensorEntry> parse_header(const std::string& json, uint64_t data_byt
              ": data_offsets is not [begin, end]");
     e.begin = o[0].get<uint64_t>();
     e.end = o[1].get<uint64_t>();
-    ME_CHECK(e.begin <= e.end && e.end <= data_bytes, what, ": its bytes [", e.begin, ", ", e.end,
+    ME_CHECK(e.begin <= e.end, what, ": data_offsets [", e.begin, ", ", e.end,
+             "] are reversed (begin after end; a corrupt header)");
+    ME_CHECK(e.end <= data_bytes, what, ": its bytes [", e.begin, ", ", e.end,
              ") lie past the end of the file's ", data_bytes, " data bytes (a truncated or corrupt file)");
     const auto numel = static_cast<uint64_t>(checked_numel(e.shape, what));
     ME_CHECK(numel <= (e.end - e.begin) / dtype_size(e.dtype) && numel * dtype_size(e.dtype) == e.end - e.begin, what,

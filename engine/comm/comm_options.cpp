@@ -6,6 +6,7 @@ namespace me::comm {
 
 void CommOptions::check() const {
   ME_CHECK(timeout_s > 0 && heartbeat_s > 0, "comm.timeout_s and comm.heartbeat_s must be positive");
+  ME_CHECK(rendezvous_timeout_s > 0, "comm.rendezvous_timeout_s must be positive, got ", rendezvous_timeout_s);
   ME_CHECK(dead_after_s >= 0, "comm.dead_after_s must be >= 0 seconds (0: off), got ", dead_after_s);
   ME_CHECK(nccl_cta_policy == "default" || nccl_cta_policy == "efficiency" || nccl_cta_policy == "zero",
            "comm.nccl_cta_policy must be default, efficiency or zero, got '", nccl_cta_policy, "'");

@@ -10,6 +10,7 @@ namespace me::comm {
 struct CommOptions {
   std::string backend = "auto";  // gloo | nccl | auto (nccl for cuda devices, gloo for cpu)
   double timeout_s = 600.0;      // any one collective
+  double rendezvous_timeout_s = 300.0;  // the ranks' wait for each other at the start
   double heartbeat_s = 1.0;      // how often each rank publishes its heartbeat and progress
   // A rank whose heartbeat has been silent this long is dead (SIGKILL, SIGSTOP, a lost node):
   // every other rank aborts its communicators and exits, naming it. 0: off. A rank that is
@@ -21,8 +22,7 @@ struct CommOptions {
   std::string nccl_cta_policy = "default";
 
   // Not recipe fields: what the maker of a communicator says besides.
-  std::string device = "cpu";        // the recipe's device: cuda picks NCCL under "auto"
-  double connect_timeout_s = 300.0;  // the rendezvous at start
+  std::string device = "cpu";  // the recipe's device: cuda picks NCCL under "auto"
 
   // Throws me::Error naming the comm field and what it expects; checked on every backend, so a
   // typo fails on the CPU too (NCCL then checks what its version supports).
@@ -34,6 +34,7 @@ template <class S, class V, std::enable_if_t<std::is_same_v<std::remove_const_t<
 void visit_fields(S& c, V&& v) {
   v("backend", c.backend);
   v("timeout_s", c.timeout_s);
+  v("rendezvous_timeout_s", c.rendezvous_timeout_s);
   v("heartbeat_s", c.heartbeat_s);
   v("dead_after_s", c.dead_after_s);
   v("nccl_cta_policy", c.nccl_cta_policy);

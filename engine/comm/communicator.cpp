@@ -26,6 +26,54 @@ std::string this_host() {
   return buf;
 }
 
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How often a rank waiting at the rendezvous says so: every 15 s, more often for short limits.
+milliseconds progress_every(milliseconds limit) {
+  return std::clamp(limit / 4, milliseconds(1000), milliseconds(15000));
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// "1, 3, 5" (the first 10, then "and N more").
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size() && i < 10; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return ranks.size() > 10 ? s + cat(" and ", ranks.size() - 10, " more") : s;
+}
+
+// Waits until every rank has set prefix + its rank. A missing rank would otherwise be minutes
+// of silence: rank 0 says every few seconds who has not joined, and after `limit`
+// (comm.rendezvous_timeout_s) every rank fails naming them.
+void wait_for_ranks(c10d::Store& store, const std::string& prefix, const launch::LaunchEnv& env, milliseconds limit) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.world; ++r) keys.push_back(prefix + std::to_string(r));
+  const auto start = Clock::now();
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(limit - (Clock::now() - start));
+    try {
+      store.wait(keys, std::clamp(left, milliseconds(1), progress_every(limit)));
+      return;
+    } catch (const launch::StoreUnavailable&) {
+      throw;  // the store itself is gone: the watchdog's business, not a missing rank
+    } catch (const std::exception&) {
+    }
+    std::vector<int> missing;
+    for (int r = 0; r < env.world; ++r)
+      if (!store.check({keys[static_cast<size_t>(r)]})) missing.push_back(r);
+    if (missing.empty()) return;
+    const auto joined = cat("(", env.world - static_cast<int>(missing.size()), " of ", env.world, " joined)");
+    if (Clock::now() - start >= limit)
+      fail("rank ", env.rank, ": rank", missing.size() == 1 ? " " : "s ", rank_list(missing), " did not join within ",
+           human::seconds(seconds_since(start)), " ", joined,
+           ": not started, or died at start (comm.rendezvous_timeout_s sets how long to wait)");
+    if (env.rank == 0)
+      log::warn("waiting for ranks ", rank_list(missing), " ", joined, ", ", human::seconds(seconds_since(start)),
+                " of comm.rendezvous_timeout_s = ", human::seconds(limit.count() / 1000.0));
+  }
+}
+
 }  // namespace
 
 Communicator::Communicator(launch::LaunchEnv env, CommOptions options) : env_(std::move(env)), options_(std::move(options)) {
@@ -34,7 +82,6 @@ Communicator::Communicator(launch::LaunchEnv env, CommOptions options) : env_(st
   backend_ = options_.backend == "auto" ? (cuda ? "nccl" : "gloo") : options_.backend;
   ME_CHECK(backend_ == "gloo" || backend_ == "nccl", "unknown communication backend '", backend_,
            "': expected gloo, nccl or auto");
-  ME_CHECK(options_.connect_timeout_s > 0, "comm: the rendezvous timeout must be positive");
   ME_CHECK(options_.dead_after_s == 0 || options_.dead_after_s >= 3 * options_.heartbeat_s,
            "comm.dead_after_s (", options_.dead_after_s, ") must be 0 (off) or at least 3 x comm.heartbeat_s (",
            options_.heartbeat_s, "): a rank is declared dead only after several missed heartbeats");
@@ -76,11 +123,26 @@ void Communicator::start_store() {
   }
   store_address_ = launch::StoreAddress{env_.master_addr, env_.master_port, token.value,
                                 cat("rank ", env_.rank, " (", this_host(), ")")};
-  try {
-    store_ = c10::make_intrusive<JobStore>(store_address_, connect_timeout());
-  } catch (const std::exception& e) {
-    fail("rank ", env_.rank, ": ", e.what(),
-         env_.rank == 0 ? "" : " (rank 0 hosts the store: did it start? is MASTER_ADDR/MASTER_PORT the same on every rank?)");
+  const milliseconds limit = rendezvous_timeout();
+  const auto start = Clock::now();
+  while (!store_) {  // in slices, saying every few seconds that rank 0's store is awaited
+    const auto left = std::chrono::duration_cast<milliseconds>(limit - (Clock::now() - start));
+    try {
+      store_ = c10::make_intrusive<JobStore>(store_address_, limit,
+                                             std::clamp(left, milliseconds(1), progress_every(limit)));
+    } catch (const launch::StoreUnavailable& e) {
+      if (Clock::now() - start < limit) {
+        log::warn("rank ", env_.rank, ": waiting for rank 0's rendezvous store at ", env_.master_addr, ":",
+                  env_.master_port, ", ", human::seconds(seconds_since(start)), " of comm.rendezvous_timeout_s = ",
+                  human::seconds(limit.count() / 1000.0));
+        continue;
+      }
+      fail("rank ", env_.rank, ": no rendezvous store after ", human::seconds(seconds_since(start)),
+           " (comm.rendezvous_timeout_s): ", e.what(),
+           env_.rank == 0 ? "" : " (rank 0 hosts the store: did it start? is MASTER_ADDR/MASTER_PORT the same on every rank?)");
+    } catch (const std::exception& e) {
+      fail("rank ", env_.rank, ": ", e.what());
+    }
   }
 }
 
@@ -116,14 +178,16 @@ std::vector<std::string> Communicator::all_gather_object(const std::string& mine
   const int64_t round = ++object_round_;
   const std::string prefix = cat("me/obj/", round, "/");
   store_->set(prefix + std::to_string(env_.rank), bytes(mine));
+  // The first round is the rendezvous at the start: there, say who is missing while waiting.
+  if (round == 1) wait_for_ranks(*store_, prefix, env_, rendezvous_timeout());
   std::vector<std::string> out(static_cast<size_t>(env_.world));
   for (int r = 0; r < env_.world; ++r) {
     const std::string key = prefix + std::to_string(r);
     try {
-      store_->wait({key}, connect_timeout());
+      store_->wait({key}, rendezvous_timeout());
     } catch (const std::exception&) {
       fail("rank ", env_.rank, ": rank ", r, " did not publish '", key, "' within ",
-           human::seconds(options_.connect_timeout_s), " (it has not started, or died)");
+           human::seconds(options_.rendezvous_timeout_s), " (it has not started, or died)");
     }
     out[static_cast<size_t>(r)] = text(store_->get(key));
   }

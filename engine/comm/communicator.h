@@ -72,8 +72,8 @@ class Communicator {
   launch::LaunchEnv env_;
   CommOptions options_;
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000)); }
-  std::chrono::milliseconds connect_timeout() const {
-    return std::chrono::milliseconds(static_cast<int64_t>(options_.connect_timeout_s * 1000));
+  std::chrono::milliseconds rendezvous_timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(options_.rendezvous_timeout_s * 1000));
   }
   std::string backend_;
   int cuda_device_ = -1;

@@ -100,7 +100,7 @@ void Communicator::watchdog_loop() {
     // stopped answering is judged on time; without dead_after, the rendezvous timeout.
     const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - answered);
     const auto timeout = dead.count() > 0 ? std::max(std::chrono::milliseconds(500), dead - silent)
-                                          : connect_timeout();
+                                          : rendezvous_timeout();
     try {
       if (!store) store = std::make_unique<launch::StoreClient>(store_address_, timeout);
       publish_progress(*store, timeout);

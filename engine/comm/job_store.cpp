@@ -8,8 +8,9 @@ std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; 
 
 }  // namespace
 
-JobStore::JobStore(const launch::StoreAddress& address, std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), client_(address, timeout) {}
+JobStore::JobStore(const launch::StoreAddress& address, std::chrono::milliseconds timeout,
+                   std::chrono::milliseconds connect_timeout)
+    : c10d::Store(timeout), client_(address, connect_timeout.count() > 0 ? connect_timeout : timeout) {}
 
 #if ME_C10D_STORE_HAS_CLONE
 c10::intrusive_ptr<c10d::Store> JobStore::clone() {

@@ -16,9 +16,10 @@ namespace me::comm {
 
 class JobStore : public c10d::Store {
  public:
-  // Connects within `timeout`, which is also how long get() and wait() wait for a key
-  // (c10d's store timeout). Throws StoreUnavailable / me::Error as StoreClient does.
-  JobStore(const launch::StoreAddress& address, std::chrono::milliseconds timeout);
+  // Connects within connect_timeout (0: `timeout`); `timeout` is how long get() and wait() wait
+  // for a key (c10d's store timeout). Throws StoreUnavailable / me::Error as StoreClient does.
+  JobStore(const launch::StoreAddress& address, std::chrono::milliseconds timeout,
+           std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(0));
 
   launch::StoreClient& client() { return client_; }
 

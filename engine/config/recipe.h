@@ -11,6 +11,10 @@
 // for the checkpoint's copy of the resolved recipe and for the test that the two sides list the
 // same fields. Adding a comm or optimizer field: its default and help in fields.lua, its member
 // and its visit_fields() line in the component's header.
+//
+// Each section's check() throws me::Error naming the field and what it expects; Recipe::check()
+// runs them all with the checks across sections. The run and `--dry-run` both call it, so a value
+// the run would refuse is refused by the dry run too (never "fits").
 #pragma once
 #include <array>
 #include <cstdint>
@@ -49,6 +53,8 @@ struct DataSpec {
   // When set: a text or jsonl file that rank 0 preprocesses into the (single) prefix first if
   // its .bin/.idx are missing or older than it.
   std::string source, source_format, json_key;
+
+  void check() const;
 };
 
 // How the learning rate moves, in iterations or (any *_samples > 0) in samples, as Megatron's
@@ -63,11 +69,14 @@ struct ScheduleSpec {
   // The schedule for a run of `iters` steps of `global_batch` samples peaking at `max_lr`
   // (decay 0: the whole run), checked.
   optim::LRSchedule resolve(double max_lr, int64_t iters, int64_t global_batch) const;
+  void check() const;
 };
 
 struct BatchSpec {
   int64_t micro{};
   int64_t global{};  // 0: micro x data-parallel size (no accumulation)
+
+  void check() const;
 };
 
 struct ParallelSpec {
@@ -109,6 +118,8 @@ struct ParallelSpec {
   // windows) for the overlapped sequence-parallel all-gathers to fill in place (NCCL's symmetric
   // kernels; the copy engines with comm.nccl_cta_policy = "zero"); 0: ordinary memory.
   double tp_symmetric_mb{};
+
+  void check() const;  // this section's own fields (Recipe::check: those tied to others)
 };
 
 struct TrainSpec {
@@ -130,6 +141,8 @@ struct TrainSpec {
   int64_t max_consecutive_nan{};
   double straggler_factor{};  // 0: no straggler report
   bool deterministic{};       // engine/core/determinism.h
+
+  void check() const;
 };
 
 // Checkpoints (engine/checkpoint): Megatron's --save (dir), --save-interval, --load.
@@ -140,6 +153,8 @@ struct CheckpointSpec {
   bool async{};
   std::string load;       // resume from here when dir holds no checkpoint
   bool save_on_exit{};
+
+  void check() const;
 };
 
 struct SampleSpec {
@@ -147,11 +162,15 @@ struct SampleSpec {
   int64_t tokens{};  // 0: no sample at the end
   int64_t top_k{};
   double temperature{};
+
+  void check() const;
 };
 
 struct LogSpec {
   std::string level;  // the log level; the bindings apply it (ME_LOG_LEVEL wins)
   std::string dir;    // "": no metrics files; else TensorBoard events + metrics.jsonl (train::RunMetrics)
+
+  void check() const;
 };
 
 // Hooks a recipe may give; each may throw me::Error to stop the run.
@@ -178,11 +197,24 @@ struct Recipe {
   CheckpointSpec checkpoint;
   LogSpec log;
   RunHooks hooks;
+
+  // Every check that needs only the recipe (not the world size or the data): each section's and
+  // those across sections (precision, the model, the pipeline split).
+  void check() const;
 };
 
 // Throws me::Error naming the field and what it expects, before anything is built: every
 // check that needs only the recipe (not the world size or the data).
 void validate(const Recipe& spec);
+
+// The step plan of a run on `dp` data-parallel ranks: the global batch, the accumulation steps
+// and the iterations (train.samples / global batch, rounded up, when samples are given), with
+// the learning-rate schedule they make checked. The trainer and the dry run both use it.
+struct StepPlan {
+  int64_t global{}, accumulation{}, iters{};
+  bool from_samples{};  // iters came from train.samples
+};
+StepPlan plan_steps(const Recipe& spec, int64_t dp);
 
 // ---- every field by name, once ----------------------------------------------------------
 // visit_fields(section, v) calls v("name", member) for each field of a recipe section, in

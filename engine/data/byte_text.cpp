@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -12,6 +13,10 @@ namespace me::data {
 
 ByteTextDataset::ByteTextDataset(const std::string& path, double holdout, int64_t seq) : seq_(seq) {
   ME_CHECK(holdout > 0 && holdout < 1, "data.holdout must be in (0, 1), got ", holdout);
+  std::error_code ec;
+  // A directory opens as a stream on Linux and fails only when read ("basic_filebuf::underflow").
+  ME_CHECK(!std::filesystem::is_directory(path, ec), "data file '", path,
+           "' is a directory: data.path names one text file (e.g. data.path = \"corpus.txt\")");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open data file '", path, "': ", std::strerror(errno));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

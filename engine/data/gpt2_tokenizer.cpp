@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -30,6 +31,9 @@ constexpr const char* kPattern =
 
 // Pieces longer than this are encoded but not cached (rare, and they would bloat the cache).
 constexpr size_t kMaxCachedPiece = 64;
+// Pieces up to this many bytes take bpe()'s plain scan (fastest for words); longer ones the
+// heap (bpe_long), whose time grows as n log n instead of n x merges.
+constexpr size_t kScanLimit = 64;
 constexpr size_t kCacheCapacity = 1 << 18;  // entries per thread before its cache is cleared
 
 // Tells tokenizers apart for the per-thread caches (an address could be reused).
@@ -123,6 +127,7 @@ struct GPT2Tokenizer::Impl {
   void load_merges(const std::string& path);
   void compile_regex();
   void bpe(std::string_view piece, std::vector<int32_t>& syms) const;
+  void bpe_long(std::vector<int32_t>& syms) const;
   void encode_piece(std::string_view piece, std::vector<int64_t>& out) const;
 };
 
@@ -238,6 +243,7 @@ void GPT2Tokenizer::Impl::compile_regex() {
 void GPT2Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& syms) const {
   syms.clear();
   for (unsigned char c : piece) syms.push_back(byte_id[c]);
+  if (syms.size() > kScanLimit) return bpe_long(syms);
   while (syms.size() >= 2) {
     int32_t best_rank = INT32_MAX;
     int32_t a = -1, b = -1, merged = -1;
@@ -262,6 +268,65 @@ void GPT2Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& syms
     }
     syms.resize(w);
   }
+}
+
+// The same merges in O(n log n) for long pieces (a run of letters without spaces can be
+// megabytes; the scan above is O(n) per distinct merge). The symbols form a linked list; a heap
+// holds every adjacent pair that has a merge, by (rank, position). A rank names one pair, so
+// popping all entries of the lowest rank gives that pair's occurrences left to right: merged in
+// that order, skipping those a merge just consumed, they are exactly bpe()'s pass. Pairs the
+// merges create go on the heap for later passes (never this one: a new pair is never (a, b)).
+void GPT2Tokenizer::Impl::bpe_long(std::vector<int32_t>& syms) const {
+  struct Entry {
+    int32_t rank;
+    uint32_t left;
+    bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  const auto n = static_cast<uint32_t>(syms.size());
+  constexpr uint32_t kNone = UINT32_MAX;
+  std::vector<uint32_t> prev(n), next(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    prev[i] = i == 0 ? kNone : i - 1;
+    next[i] = i + 1 == n ? kNone : i + 1;
+  }
+  auto rank_at = [&](uint32_t left) -> const Merge* {  // the merge of (left, next[left]), if any
+    if (left == kNone || next[left] == kNone) return nullptr;
+    const auto it = merges.find(pair_key(syms[left], syms[next[left]]));
+    return it == merges.end() ? nullptr : &it->second;
+  };
+  std::vector<Entry> heap;
+  std::vector<uint32_t> pass;
+  auto push = [&](uint32_t left) {
+    if (const Merge* m = rank_at(left)) {
+      heap.push_back({m->rank, left});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+  };
+  for (uint32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const int32_t rank = heap.front().rank;
+    pass.clear();
+    while (!heap.empty() && heap.front().rank == rank) {
+      pass.push_back(heap.front().left);
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      heap.pop_back();
+    }
+    for (uint32_t left : pass) {
+      if (syms[left] < 0) continue;     // consumed by a merge of this pass
+      const Merge* m = rank_at(left);  // changed since it was pushed: skip it
+      if (!m || m->rank != rank) continue;
+      const uint32_t right = next[left];
+      syms[left] = m->id;
+      syms[right] = -1;  // dead
+      next[left] = next[right];
+      if (next[left] != kNone) prev[next[left]] = left;
+      push(prev[left]);
+      push(left);
+    }
+  }
+  size_t w = 0;
+  for (uint32_t i = 0; i != kNone && n > 0; i = next[i]) syms[w++] = syms[i];
+  syms.resize(w);
 }
 
 void GPT2Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int64_t>& out) const {

@@ -115,6 +115,9 @@ class IndexedDataset {
  private:
   // Start of sequence i in the .bin and its length, after checking both against the files.
   const uint8_t* sequence(size_t i, size_t* length) const;
+  // One pass over the index at open: every length >= 0, each sequence starting where the one
+  // before it ends (no gaps, no overlaps), and all of them together exactly the .bin.
+  void check_layout() const;
 
   std::string prefix_, idx_path_, bin_path_;
   detail::MappedFile idx_, bin_;

@@ -1,8 +1,10 @@
 // Import: a transformers model directory, one table row at a time, into a checkpoint of weights
 // alone; and checkpoint.load = "hf:DIR" for a run.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <string>
 
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/hf/convert.h"
@@ -46,6 +48,36 @@ std::vector<Input> find_inputs(HfWeights& w, const model::TransformerConfig& c, 
     out.push_back({m, dtypes.size() == 1 ? *dtypes.begin() : checkpoint::DType::F32});
   }
   return out;
+}
+
+// The layer indices of the weight files ("h.3." in GPT-2's names, "layers.3." in LLaMA's), as
+// one past the largest; -1 when no name has one.
+int64_t layers_in(const std::vector<std::string>& names) {
+  int64_t most = -1;
+  for (const auto& name : names)
+    for (const char* tag : {"h.", "layers."}) {
+      const auto at = name.find(tag);
+      if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) continue;
+      const auto start = at + std::char_traits<char>::length(tag), dot = name.find('.', start);
+      if (dot == std::string::npos || dot == start || dot - start > 9 ||
+          name.find_first_not_of("0123456789", start) != dot)
+        continue;
+      most = std::max<int64_t>(most, std::stoll(name.substr(start, dot - start)) + 1);
+    }
+  return most;
+}
+
+// config.json against the weight files, before anything is made in proportion to the config: a
+// layer count of 10^7 would otherwise allocate that many tensor tables (std::bad_alloc).
+void check_layers(const model::TransformerConfig& c, const std::vector<std::string>& names, const std::string& config,
+                  const std::string& dir) {
+  const char* field = family_of(c) == Family::llama ? "num_hidden_layers" : "n_layer";
+  const int64_t found = layers_in(names);
+  ME_CHECK(found > 0, "'", config, "' gives ", field, " = ", c.layers, ", but the weight files of '", dir,
+           "' hold no numbered layers: they are not the model its config.json describes");
+  ME_CHECK(found == c.layers, "'", config, "': ", field, " is ", c.layers, ", but the weight files of '", dir,
+           "' hold ", found, " layers (0 .. ", found - 1, "): fix ", field, " in config.json, or give the weights it ",
+           "describes");
 }
 
 const char* precision_of(checkpoint::DType d) { return d == checkpoint::DType::BF16 ? "bf16" : d == checkpoint::DType::F16 ? "fp16" : "fp32"; }
@@ -114,6 +146,7 @@ ImportResult import_hf(const std::string& hf_dir, const std::string& checkpoint_
   }
   const auto& c = r.config;
   HfWeights weights(hf_dir);
+  check_layers(c, weights.names(), config_path, hf_dir);
   std::set<std::string> used;
   const auto inputs = find_inputs(weights, c, used);
   for (const auto& name : weights.names())

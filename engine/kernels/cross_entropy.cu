@@ -1,6 +1,8 @@
 // Cross entropy straight from bf16 logits: forward is one read of the logits (an online
 // max/sum-of-exponentials per row), backward one read and one write (in place if asked). The
 // composition it replaces makes an fp32 copy of the [tokens, vocab] logits and walks it six times.
+// Columns from `real` on are vocabulary padding: -inf in the softmax, so their probability and
+// gradient are 0 and every padding (every tensor-parallel layout) gives the same loss.
 #include <cmath>
 
 #include "engine/kernels/common.cuh"
@@ -38,19 +40,23 @@ __device__ MaxSum block_merge(MaxSum x) {
 
 // One block per row; V elements per vector access (V = 1 when the row is not 16-byte aligned).
 template <typename T, int V>
-__global__ void stats_kernel(const T* __restrict__ logits, int64_t vocab, const int64_t* __restrict__ labels,
-                             int64_t vocab_start, float* row_max, float* row_sum, float* target) {
+__global__ void stats_kernel(const T* __restrict__ logits, int64_t vocab, int64_t real,
+                             const int64_t* __restrict__ labels, int64_t vocab_start, float* row_max, float* row_sum,
+                             float* target) {
   const int64_t r = blockIdx.x;
   const T* x = logits + r * vocab;
   MaxSum acc{-INFINITY, 0.f};
-  for (int64_t j = int64_t{threadIdx.x} * V; j < vocab; j += int64_t{blockDim.x} * V) {
+  for (int64_t j = int64_t{threadIdx.x} * V; j < real; j += int64_t{blockDim.x} * V) {
     const auto in = *reinterpret_cast<const Vec<T, V>*>(x + j);
+    float v[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = j + k < real ? to_float(in.v[k]) : -INFINITY;
     float m = acc.max;
 #pragma unroll
-    for (int k = 0; k < V; ++k) m = fmaxf(m, to_float(in.v[k]));
+    for (int k = 0; k < V; ++k) m = fmaxf(m, v[k]);
     float s = acc.max == -INFINITY ? 0.f : acc.sum * __expf(acc.max - m);
 #pragma unroll
-    for (int k = 0; k < V; ++k) s += __expf(to_float(in.v[k]) - m);
+    for (int k = 0; k < V; ++k) s += __expf(v[k] - m);
     acc = {m, s};
   }
   acc = block_merge(acc);
@@ -63,8 +69,9 @@ __global__ void stats_kernel(const T* __restrict__ logits, int64_t vocab, const 
 }
 
 template <typename T, int V>
-__global__ void backward_kernel(const T* logits, T* grad, int64_t vocab, const int64_t* __restrict__ labels,
-                                int64_t vocab_start, const float* __restrict__ lse, const float* __restrict__ grad_row) {
+__global__ void backward_kernel(const T* logits, T* grad, int64_t vocab, int64_t real,
+                                const int64_t* __restrict__ labels, int64_t vocab_start, const float* __restrict__ lse,
+                                const float* __restrict__ grad_row) {
   const int64_t r = blockIdx.x;
   const T* x = logits + r * vocab;
   T* g = grad + r * vocab;
@@ -75,7 +82,8 @@ __global__ void backward_kernel(const T* logits, T* grad, int64_t vocab, const i
     Vec<T, V> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const float p = __expf(to_float(in.v[k]) - l) - (j + k == label ? 1.f : 0.f);
+      const float e = j + k < real ? __expf(to_float(in.v[k]) - l) : 0.f;  // padding: probability 0
+      const float p = e - (j + k == label ? 1.f : 0.f);
       out.v[k] = from_float<T>(p * scale);
     }
     *reinterpret_cast<Vec<T, V>*>(g + j) = out;
@@ -86,38 +94,43 @@ int threads_for(int64_t vocab) { return vocab >= 16384 ? 512 : vocab >= 2048 ? 2
 
 }  // namespace
 
-void cross_entropy_stats(DType t, const void* logits, int64_t rows, int64_t vocab, const int64_t* labels,
-                         int64_t vocab_start, float* row_max, float* row_sum_exp, float* target, void* stream) {
+void cross_entropy_stats(DType t, const void* logits, int64_t rows, int64_t vocab, int64_t real,
+                         const int64_t* labels, int64_t vocab_start, float* row_max, float* row_sum_exp, float* target,
+                         void* stream) {
   if (rows == 0) return;
+  real = real < 0 || real > vocab ? vocab : real;
   ME_DISPATCH_FLOAT(t, "cross_entropy_stats", {
     constexpr int V = detail::kVec16<scalar_t>;
     const auto* x = static_cast<const scalar_t*>(logits);
     const int threads = threads_for(vocab);
     if (vocab % V == 0 && detail::aligned16(x))
-      stats_kernel<scalar_t, V><<<rows, threads, 0, detail::as_stream(stream)>>>(x, vocab, labels, vocab_start,
-                                                                                 row_max, row_sum_exp, target);
+      stats_kernel<scalar_t, V><<<rows, threads, 0, detail::as_stream(stream)>>>(x, vocab, real, labels,
+                                                                                 vocab_start, row_max, row_sum_exp,
+                                                                                 target);
     else
-      stats_kernel<scalar_t, 1><<<rows, threads, 0, detail::as_stream(stream)>>>(x, vocab, labels, vocab_start,
-                                                                                 row_max, row_sum_exp, target);
+      stats_kernel<scalar_t, 1><<<rows, threads, 0, detail::as_stream(stream)>>>(x, vocab, real, labels,
+                                                                                 vocab_start, row_max, row_sum_exp,
+                                                                                 target);
   });
   detail::check_launch("cross_entropy_stats");
 }
 
-void cross_entropy_backward(DType t, const void* logits, void* grad, int64_t rows, int64_t vocab,
+void cross_entropy_backward(DType t, const void* logits, void* grad, int64_t rows, int64_t vocab, int64_t real,
                             const int64_t* labels, int64_t vocab_start, const float* lse, const float* grad_row,
                             void* stream) {
   if (rows == 0) return;
+  real = real < 0 || real > vocab ? vocab : real;
   ME_DISPATCH_FLOAT(t, "cross_entropy_backward", {
     constexpr int V = detail::kVec16<scalar_t>;
     const auto* x = static_cast<const scalar_t*>(logits);
     auto* g = static_cast<scalar_t*>(grad);
     const int threads = threads_for(vocab);
     if (vocab % V == 0 && detail::aligned16(x) && detail::aligned16(g))
-      backward_kernel<scalar_t, V><<<rows, threads, 0, detail::as_stream(stream)>>>(x, g, vocab, labels, vocab_start,
-                                                                                    lse, grad_row);
+      backward_kernel<scalar_t, V><<<rows, threads, 0, detail::as_stream(stream)>>>(x, g, vocab, real, labels,
+                                                                                    vocab_start, lse, grad_row);
     else
-      backward_kernel<scalar_t, 1><<<rows, threads, 0, detail::as_stream(stream)>>>(x, g, vocab, labels, vocab_start,
-                                                                                    lse, grad_row);
+      backward_kernel<scalar_t, 1><<<rows, threads, 0, detail::as_stream(stream)>>>(x, g, vocab, real, labels,
+                                                                                    vocab_start, lse, grad_row);
   });
   detail::check_launch("cross_entropy_backward");
 }

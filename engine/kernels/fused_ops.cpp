@@ -303,24 +303,25 @@ torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w
   return grad_pre;
 }
 
-RowStats cross_entropy_stats(const torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start) {
+RowStats cross_entropy_stats(const torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start,
+                             int64_t real) {
   ME_CHECK(logits.dim() == 2 && logits.is_contiguous(), "cross_entropy_stats: logits must be contiguous [rows, vocab]");
   const int64_t rows = logits.size(0);
   auto opts = logits.options().dtype(torch::kFloat);
   RowStats s{torch::empty({rows}, opts), torch::empty({rows}, opts), torch::empty({rows}, opts)};
   const auto l = labels.to(torch::kLong).contiguous();
-  kernels::cross_entropy_stats(dtype_of(logits), logits.data_ptr(), rows, logits.size(1), l.data_ptr<int64_t>(),
-                               vocab_start, s.max.data_ptr<float>(), s.sum_exp.data_ptr<float>(),
+  kernels::cross_entropy_stats(dtype_of(logits), logits.data_ptr(), rows, logits.size(1), real,
+                               l.data_ptr<int64_t>(), vocab_start, s.max.data_ptr<float>(), s.sum_exp.data_ptr<float>(),
                                s.target.data_ptr<float>(), current_stream());
   return s;
 }
 
-void cross_entropy_backward_(torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start,
+void cross_entropy_backward_(torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start, int64_t real,
                              const torch::Tensor& lse, const torch::Tensor& grad_row) {
   ME_CHECK(logits.dim() == 2 && logits.is_contiguous(), "cross_entropy_backward_: logits must be contiguous [rows, vocab]");
   const auto l = labels.to(torch::kLong).contiguous();
   const auto lse32 = lse.to(torch::kFloat).contiguous(), g32 = grad_row.to(torch::kFloat).contiguous();
-  cross_entropy_backward(dtype_of(logits), logits.data_ptr(), logits.data_ptr(), logits.size(0), logits.size(1),
+  cross_entropy_backward(dtype_of(logits), logits.data_ptr(), logits.data_ptr(), logits.size(0), logits.size(1), real,
                          l.data_ptr<int64_t>(), vocab_start, lse32.data_ptr<float>(), g32.data_ptr<float>(),
                          current_stream());
 }
@@ -395,8 +396,11 @@ AddNorm add_norm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor
 QKV split_qkv(const torch::Tensor&, int64_t, int64_t, int64_t, const torch::Tensor&, const torch::Tensor&) {
   not_compiled("split_qkv");
 }
-RowStats cross_entropy_stats(const torch::Tensor&, const torch::Tensor&, int64_t) { not_compiled("cross_entropy_stats"); }
-void cross_entropy_backward_(torch::Tensor&, const torch::Tensor&, int64_t, const torch::Tensor&, const torch::Tensor&) {
+RowStats cross_entropy_stats(const torch::Tensor&, const torch::Tensor&, int64_t, int64_t) {
+  not_compiled("cross_entropy_stats");
+}
+void cross_entropy_backward_(torch::Tensor&, const torch::Tensor&, int64_t, int64_t, const torch::Tensor&,
+                             const torch::Tensor&) {
   not_compiled("cross_entropy_backward_");
 }
 bool gemm_gelu_fits(const torch::Tensor&, const torch::Tensor&) { return false; }

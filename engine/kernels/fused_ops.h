@@ -74,9 +74,11 @@ torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w
 struct RowStats {
   torch::Tensor max, sum_exp, target;  // fp32 [rows]
 };
-RowStats cross_entropy_stats(const torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start);
-// logits becomes the gradient, in place: (softmax - one_hot) * grad_row.
-void cross_entropy_backward_(torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start,
+// `real`: how many leading columns are real tokens (the rest is vocabulary padding, -inf).
+RowStats cross_entropy_stats(const torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start,
+                             int64_t real);
+// logits becomes the gradient, in place: (softmax - one_hot) * grad_row, 0 on the padding.
+void cross_entropy_backward_(torch::Tensor& logits, const torch::Tensor& labels, int64_t vocab_start, int64_t real,
                              const torch::Tensor& lse, const torch::Tensor& grad_row);
 
 // AdamW and the fp64 gradient sum of squares over many fp32 tensors in a few launches. The

@@ -42,12 +42,15 @@ void rotary(DType t, const void* x, const RowLayout& in, void* y, const RowLayou
 // --- Cross entropy over (a vocabulary shard of) logits [rows, vocab], row-major --------------
 // Per row, one pass over the logits: the row's max, sum(exp(x - max)), and the logit of
 // labels[row] - vocab_start when that falls inside [0, vocab), else 0. The caller combines
-// shards (tensor parallelism) and forms loss = log(sum) + max - target.
-void cross_entropy_stats(DType t, const void* logits, int64_t rows, int64_t vocab, const int64_t* labels,
-                         int64_t vocab_start, float* row_max, float* row_sum_exp, float* target, void* stream);
-// grad[r, j] = (exp(x[r, j] - lse[r]) - [j == labels[r] - vocab_start]) * grad_row[r]. grad may
-// be logits itself (in place: the [tokens, vocab] gradient is the step's largest tensor).
-void cross_entropy_backward(DType t, const void* logits, void* grad, int64_t rows, int64_t vocab,
+// shards (tensor parallelism) and forms loss = log(sum) + max - target. Columns from `real` on
+// (0 <= real <= vocab; < 0: none) are vocabulary padding, taken as -inf.
+void cross_entropy_stats(DType t, const void* logits, int64_t rows, int64_t vocab, int64_t real,
+                         const int64_t* labels, int64_t vocab_start, float* row_max, float* row_sum_exp, float* target,
+                         void* stream);
+// grad[r, j] = (exp(x[r, j] - lse[r]) - [j == labels[r] - vocab_start]) * grad_row[r], 0 for
+// the padding columns from `real` on. grad may be logits itself (in place: the [tokens, vocab]
+// gradient is the step's largest tensor).
+void cross_entropy_backward(DType t, const void* logits, void* grad, int64_t rows, int64_t vocab, int64_t real,
                             const int64_t* labels, int64_t vocab_start, const float* lse, const float* grad_row,
                             void* stream);
 

@@ -332,7 +332,7 @@ torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
 torch::Tensor TransformerImpl::stage_loss(const torch::Tensor& input, const torch::Tensor& labels) {
   ME_CHECK(stage_.last(), "stage_loss: pipeline stage ", stage_.index, " of ", stage_.count,
            " is not the last one; only the last stage has the output layer");
-  return parallel::vocab_parallel_cross_entropy(forward_stage(input), labels, tp_);
+  return parallel::vocab_parallel_cross_entropy(forward_stage(input), labels, tp_, -100, cfg_.vocab);
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
@@ -345,7 +345,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
 torch::Tensor TransformerImpl::full_logits(const torch::Tensor& tokens) { return parallel::gather_last(forward(tokens), tp_); }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {
-  return parallel::vocab_parallel_cross_entropy(forward(tokens), labels, tp_);
+  return parallel::vocab_parallel_cross_entropy(forward(tokens), labels, tp_, -100, cfg_.vocab);
 }
 
 int64_t TransformerImpl::local_parameter_count() const {

@@ -5,7 +5,8 @@
 namespace me::optim {
 
 void OptimizerOptions::check() const {
-  ME_CHECK(kind == "adamw" || kind == "sgd", "optimizer kind '", kind, "': expected adamw or sgd");
+  ME_CHECK(kind == "adamw" || kind == "sgd", "optimizer.kind '", kind, "': expected adamw or sgd");
+  ME_CHECK(lr > 0, "optimizer.lr must be positive, got ", lr);
   ME_CHECK(clip >= 0, "optimizer.clip must be >= 0 (0 turns clipping off), got ", clip);
   ME_CHECK(weight_decay >= 0, "optimizer.weight_decay must be >= 0, got ", weight_decay);
   if (kind == "adamw") {

@@ -7,6 +7,8 @@
 #include "engine/parallel/collective_matmul.h"
 #include "engine/parallel/mappings.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -496,12 +498,14 @@ namespace {
 // softmax is never materialised: grad = (softmax - onehot(label)) * grad_out, per shard.
 struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
-                               comm::ProcessGroup* g, int64_t ignore_index) {
+                               comm::ProcessGroup* g, int64_t ignore_index, int64_t real) {
     const int64_t local = logits.size(-1);
     const int64_t start = g ? local * g->rank() : 0;
     // One fp32 copy of the logits, turned into the softmax in place: the [tokens, vocab]
     // tensors are the largest of the step, and each extra one costs a pass and its memory.
     auto x = logits.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);  // never the input itself
+    // Vocabulary padding is -inf: probability 0, gradient 0 (exp below), the same at every tp.
+    if (real < local) x.narrow(-1, real, local - real).fill_(-std::numeric_limits<float>::infinity());
     auto max = std::get<0>(x.max(-1));
     if (g) g->all_reduce(max, comm::ReduceOp::max);
     x.sub_(max.unsqueeze(-1));
@@ -532,7 +536,7 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
     auto grad = saved[0] * scale;
     grad.scatter_add_(-1, local_label.unsqueeze(-1), -hit.to(grad.dtype()).unsqueeze(-1) * scale);
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
-    return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -541,13 +545,13 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
 // combine per row: the global max, each shard's sum of exponentials rescaled to it.
 struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParallelCE> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
-                               comm::ProcessGroup* g, int64_t ignore_index) {
+                               comm::ProcessGroup* g, int64_t ignore_index, int64_t real) {
     const int64_t local = logits.size(-1);
     const int64_t start = g ? local * g->rank() : 0;
     auto x = logits.reshape({-1, local});
     if (!x.is_contiguous()) x = x.contiguous();
     auto flat_labels = labels.reshape({-1});
-    auto st = kernels::cross_entropy_stats(x, flat_labels, start);
+    auto st = kernels::cross_entropy_stats(x, flat_labels, start, real);
     auto max = st.max;
     if (g) {
       auto global = max.clone();
@@ -562,6 +566,7 @@ struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParalle
     auto loss = (lse - st.target).masked_fill_(~counted, 0.0);
     ctx->save_for_backward({x, flat_labels, lse, counted});
     ctx->saved_data["start"] = start;
+    ctx->saved_data["real"] = real;
     ctx->saved_data["shape"] = logits.sizes().vec();
     return loss.view(labels.sizes());
   }
@@ -569,19 +574,24 @@ struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParalle
     auto saved = ctx->get_saved_variables();
     auto x = saved[0];
     auto grad_row = grads[0].reshape({-1}).to(torch::kFloat) * saved[3];
-    kernels::cross_entropy_backward_(x, saved[1], ctx->saved_data["start"].toInt(), saved[2], grad_row);
-    return {x.view(ctx->saved_data["shape"].toIntVector()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    kernels::cross_entropy_backward_(x, saved[1], ctx->saved_data["start"].toInt(), ctx->saved_data["real"].toInt(),
+                                     saved[2], grad_row);
+    return {x.view(ctx->saved_data["shape"].toIntVector()), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
-                                           const TensorParallel& tp, int64_t ignore_index) {
+                                           const TensorParallel& tp, int64_t ignore_index, int64_t vocab) {
   comm::ProcessGroup* group = tp.active() ? tp.group : nullptr;
+  const int64_t local = logits.size(-1), start = group ? local * group->rank() : 0;
+  // This shard's real columns: all of them, some, or none (a last shard of only padding).
+  const int64_t real = vocab < 0 ? local : std::clamp<int64_t>(vocab - start, 0, local);
   auto per_token = kernels::use(kernels::Op::cross_entropy, logits)
-                       ? FusedVocabParallelCE::apply(logits, labels, group, ignore_index)
-                       : VocabParallelCE::apply(logits, labels, group, ignore_index);
+                       ? FusedVocabParallelCE::apply(logits, labels, group, ignore_index, real)
+                       : VocabParallelCE::apply(logits, labels, group, ignore_index, real);
   auto count = (labels != ignore_index).sum().clamp_min(1);
   return per_token.sum() / count;
 }

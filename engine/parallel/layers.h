@@ -165,8 +165,12 @@ TORCH_MODULE(Norm);
 // Cross entropy over logits split along the vocabulary ([batch, seq, vocab / tp] on each rank)
 // without gathering them: max, target logit and sum of exponentials are all-reduced. Labels
 // equal to ignore_index contribute nothing. Returns the mean over counted positions.
+// vocab: the real vocabulary; the columns past it (the padding to a multiple of 128 x tp) are
+// left out of the softmax, so that layouts whose padding differs give the same loss (< 0: no
+// padding).
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
-                                           const TensorParallel& tp, int64_t ignore_index = -100);
+                                           const TensorParallel& tp, int64_t ignore_index = -100,
+                                           int64_t vocab = -1);
 
 // Rotary position embedding (RoPE), "rotate half" form as in LLaMA and Megatron: dimension i
 // of the first half pairs with i + d/2, rotated by angle pos * base^(-2i/d).

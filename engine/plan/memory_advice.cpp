@@ -161,8 +161,11 @@ double parse_memory_size(const std::string& text, const std::string& what) {
   std::string unit;
   for (size_t i = end; i < text.size(); ++i)
     if (!std::isspace(static_cast<unsigned char>(text[i]))) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  // A bare number is refused, not read as bytes: "--gpu-memory 80" means 80 GB, not 80 bytes.
+  ME_CHECK(end == 0 || !unit.empty(), what, ": '", text, "' has no unit; write ", text, "GB (GB = 10^9 bytes) or ",
+           text, "GiB (2^30 bytes)");
   double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
+  if (unit == "b") scale = 1;
   else if (unit == "gb" || unit == "g") scale = 1e9;
   else if (unit == "gib") scale = 1073741824.0;
   else if (unit == "mb" || unit == "m") scale = 1e6;

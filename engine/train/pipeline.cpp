@@ -181,10 +181,10 @@ torch::Tensor PipelineSchedule::forward_only(const torch::Tensor& tokens) {
 torch::Tensor PipelineSchedule::loss(const torch::Tensor& tokens, const torch::Tensor& labels) {
   torch::NoGradGuard no_grad;
   const auto logits = forward_only(tokens);
-  return share_loss(logits.defined() ? parallel::vocab_parallel_cross_entropy(logits, labels, model_.tensor_parallel())
-                                           .to(torch::kFloat)
-                                           .reshape({1})
-                                     : torch::zeros({1}, options_.dtype(torch::kFloat)));
+  if (!logits.defined()) return share_loss(torch::zeros({1}, options_.dtype(torch::kFloat)));
+  const auto& tp = model_.tensor_parallel();
+  return share_loss(
+      parallel::vocab_parallel_cross_entropy(logits, labels, tp, -100, model_.config().vocab).to(torch::kFloat).reshape({1}));
 }
 
 torch::Tensor PipelineSchedule::last_logits(const torch::Tensor& tokens) {

@@ -85,14 +85,10 @@ void Trainer::connect() {
 
 // global batch = micro batch x data-parallel size x accumulation steps
 void Trainer::plan_batches() {
-  const auto& b = spec_.batch;
-  plan_.global = b.global > 0 ? b.global : b.micro * plan_.dp;
-  ME_CHECK(plan_.global % (b.micro * plan_.dp) == 0, "batch.global (", plan_.global,
-           ") is not divisible by batch.micro x data-parallel size (", b.micro, " x ", plan_.dp, " = ",
-           b.micro * plan_.dp, "): choose a global batch that is a multiple of it");
-  plan_.accumulation = plan_.global / (b.micro * plan_.dp);
-  const auto& t = spec_.train;
-  plan_.iters = t.samples > 0 ? (t.samples + plan_.global - 1) / plan_.global : t.iters;
+  const auto p = config::plan_steps(spec_, plan_.dp);  // the dry run's plan too
+  plan_.global = p.global;
+  plan_.accumulation = p.accumulation;
+  plan_.iters = p.iters;
   lr_schedule_ = spec_.schedule.resolve(spec_.optim.lr, plan_.iters, plan_.global);
 }
 

@@ -137,9 +137,19 @@ void Trainer::after_non_finite(double norm) {
   if (t.nan_policy == "stop" && consecutive_nan_ >= t.max_consecutive_nan) stop_non_finite_ = true;
 }
 
+namespace {
+
+// The median of the first n of sorted times (the mean of the middle two for an even n).
+double median_of(const std::vector<std::pair<double, int>>& sorted, size_t n) {
+  return n % 2 ? sorted[n / 2].first : (sorted[n / 2 - 1].first + sorted[n / 2].first) / 2;
+}
+
+}  // namespace
+
 // Each rank's own step time over the window (its step less the time it waited for the other
 // ranks), gathered every log interval; the slowest is named when above straggler_factor x the
-// median.
+// median of the OTHER ranks. (Against the median of all ranks, a straggler among two is its
+// own median and is never found.)
 void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps) {
   if (!comm_ || comm_->world_size() == 1) return;
   const double own = std::max(0.0, (window_ms - window_waited_ms) / static_cast<double>(steps));
@@ -152,12 +162,12 @@ void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window
   rec.rank_ms_median = by_time[by_time.size() / 2].first;
   rec.slowest_rank = by_time.back().second;
   const double factor = spec_.train.straggler_factor;
-  if (factor > 0 && is_logging_rank() && rec.rank_ms_max > factor * rec.rank_ms_median && rec.rank_ms_median > 0)
+  const double others = median_of(by_time, by_time.size() - 1);  // all but the slowest
+  if (factor > 0 && is_logging_rank() && rec.rank_ms_max > factor * others && others > 0)
     log::warn("straggler: rank ", rec.slowest_rank, " (", comm_->hosts()[static_cast<size_t>(rec.slowest_rank)],
               ") takes ", human::number(rec.rank_ms_max), " ms of its own per step, ",
-              human::number(rec.rank_ms_max / rec.rank_ms_median), "x the median over ranks (",
-              human::number(rec.rank_ms_median), " ms; train.straggler_factor = ", factor,
-              "): a slow GPU, host or data read on that node");
+              human::number(rec.rank_ms_max / others), "x the median of the other ranks (", human::number(others),
+              " ms; train.straggler_factor = ", factor, "): a slow GPU, host or data read on that node");
 }
 
 // Seconds to the end of the schedule (its iterations) at the window's rate.

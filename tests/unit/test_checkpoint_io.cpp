@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -88,6 +89,9 @@ TEST_CASE("damaged safetensors files are refused, naming the file and the tensor
   CHECK_THROWS_WITH(opening(huge)(), Catch::Contains("its header claims"));
   CHECK_THROWS_WITH(opening(forged(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,64]}})", data))(),
                     Catch::Contains("tensor 't': its bytes [0, 64) lie past the end of the file's 16 data bytes"));
+  // issue 38, item 15: reversed offsets were reported as "past the end"
+  CHECK_THROWS_WITH(opening(forged(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", data))(),
+                    Catch::Contains("tensor 't': data_offsets [8, 0] are reversed"));
   CHECK_THROWS_WITH(opening(forged(R"({"t":{"dtype":"Q7","shape":[4],"data_offsets":[0,16]}})", data))(),
                     Catch::Contains("tensor 't': dtype 'Q7' cannot be read"));
   CHECK_THROWS_WITH(opening(forged(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data))(),
@@ -126,8 +130,15 @@ TEST_CASE("a checkpoint directory commits atomically, cleans leftovers and keeps
   CHECK(resolve_iteration_dir(d + "/iter_0000020") == d + "/iter_0000020");
   spit(d + "/" + kTrackerFile, "40\n");
   CHECK_THROWS_WITH(dir.latest(), Catch::Contains("names iteration 40, but") && Catch::Contains("does not exist"));
-  spit(d + "/" + kTrackerFile, "release\n");
+  spit(d + "/" + kTrackerFile, "4o\n");
   CHECK_THROWS_WITH(dir.latest(), Catch::Contains("does not hold an iteration number"));
+  // issue 38, item 15: Megatron's "release" tracker names the release/ directory
+  spit(d + "/" + kTrackerFile, "release\n");
+  CHECK_THROWS_WITH(dir.latest(), Catch::Contains("names the release, but " + d + "/release does not exist"));
+  std::filesystem::create_directories(d + "/release");
+  write_file_atomic(d + "/release/" + kMetadataFile, "{}");
+  CHECK(dir.latest() == kReleaseIteration);
+  CHECK(resolve_iteration_dir(d) == d + "/release");
   CHECK_THROWS_WITH(resolve_iteration_dir(root.path), Catch::Contains("is not a checkpoint"));
 }
 
@@ -148,4 +159,12 @@ TEST_CASE("checkpoint metadata round-trips and refuses a newer format", "[checkp
   newer.replace(newer.find("\"version\": 1"), 12, "\"version\": 99");
   CHECK_THROWS_WITH(Metadata::parse(newer, "m.json"), Catch::Contains("format version 99, newer than this megaengine reads (1)"));
   CHECK_THROWS_WITH(Metadata::parse("{\"format\":\"other\"}", "m.json"), Catch::Contains("is not a megaengine checkpoint"));
+  // issue 38, item 15: a type error names the field (nlohmann's message alone does not)
+  std::string typed = m.to_json();
+  typed.replace(typed.find("\"tp\": 2"), 7, "\"tp\": \"2\"");
+  CHECK_THROWS_WITH(Metadata::parse(typed, "m.json"), Catch::Contains("'m.json': field 'layout.tp' has type string, expected an integer"));
+  std::string piece = m.to_json();
+  piece.replace(piece.find("\"flat_length\": 4"), 16, "\"flat_length\": true");
+  CHECK_THROWS_WITH(Metadata::parse(piece, "m.json"),
+                    Catch::Contains("field 'tensors.model.x.pieces[0].flat_length' has type boolean, expected an integer"));
 }

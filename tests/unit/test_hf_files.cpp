@@ -219,3 +219,23 @@ TEST_CASE("bad Hugging Face directories are refused naming the file and tensor",
     CHECK_THROWS_WITH(hf::export_hf(dir / "ckpt", dir / "hf"), Catch::Contains("exists and is not empty"));
   }
 }
+
+// Issue 38, item 12: a config.json whose n_layer is far beyond the weight files (10^7) ended in
+// std::bad_alloc, after allocating in proportion to it; it is now checked against the names in
+// the safetensors headers first.
+TEST_CASE("a config.json with more layers than its weights is refused before allocating", "[hf]") {
+  TempDir dir;
+  const auto c = tiny("gpt");
+  model::Transformer m(c);
+  save_checkpoint(m, dir / "ckpt");
+  hf::export_hf(dir / "ckpt", dir / "hf");
+  auto config = json::parse(slurp(dir / "hf/config.json"));
+  for (int64_t layers : {int64_t{10000000}, int64_t{3}}) {
+    config["n_layer"] = layers;
+    spit(dir / "hf/config.json", config.dump());
+    CHECK_THROWS_WITH(hf::import_hf(dir / "hf", dir / "out"),
+                      Catch::Contains("config.json': n_layer is " + std::to_string(layers) +
+                                      ", but the weight files of '" + dir / "hf" + "' hold 2 layers (0 .. 1)"));
+    CHECK(files::list(dir / "out").empty());
+  }
+}

@@ -235,7 +235,9 @@ TEST_CASE("memory sizes parse with their units", "[memory]") {
   CHECK(parse_memory_size("80 gb") == 80e9);
   CHECK(parse_memory_size("81559MiB") == 81559.0 * MiB);
   CHECK(parse_memory_size("79.6GiB") == Approx(79.6 * 1073741824.0));
-  CHECK(parse_memory_size("1000") == 1000);
+  CHECK(parse_memory_size("1000B") == 1000);
+  // issue 38, item 19: a bare number was read as bytes ("80": 80 bytes, and nothing fits)
+  CHECK_THROWS_WITH(parse_memory_size("80"), Catch::Contains("--gpu-memory: '80' has no unit; write 80GB"));
   CHECK_THROWS_WITH(parse_memory_size("eighty"), Catch::Contains("--gpu-memory: expected a size such as 80GB"));
   CHECK_THROWS_WITH(parse_memory_size("80XB"), Catch::Contains("got '80XB'"));
   CHECK(me::plan::format_gb(72.34e9) == "72.3 GB");
