@@ -136,13 +136,17 @@ job_state() {  # ID: the final state slurmctld recorded (jobcomp), else what sco
   echo "$s"
 }
 
-wait_job() {  # ID [SECONDS]: polls until the job has ended. Slurm holds a requeued job for 2
-  local info state  # minutes (Reason=BeginTime); this lifts that hold at once.
-  for _ in $(seq $(( ${2:-180} * 10 / 3 ))); do
+# wait_job ID [SECONDS [completing]]: polls until the job has ended (with "completing": or its
+# batch script has, while Slurm still cleans up, e.g. on a dead node). Slurm holds a requeued
+# job for 2 minutes (Reason=BeginTime); this lifts that hold at once.
+wait_job() {
+  local info state deadline=$((SECONDS + ${2:-180}))
+  while [ $SECONDS -lt $deadline ]; do
     info=$(slurm_client scontrol show job "$1" 2>/dev/null || true)
     state=$(grep -o 'JobState=[A-Z_]*' <<<"$info" | cut -d= -f2)
     case $state in
       COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE) return ;;
+      COMPLETING) [ -n "${3:-}" ] && return ;;
       PENDING) grep -q 'Reason=BeginTime' <<<"$info" && slurm_client scontrol update JobId="$1" StartTime=now ;;
     esac
     sleep 0.3

@@ -77,8 +77,8 @@ kill_node() {  # NODE: every process of the node, at once (a node that lost powe
   echo "killed $1: $(echo $pids | wc -w) processes"
 }
 
-cluster_up() {  # [CPUS per node, default 4]: the namespaces, munged, slurmctld, two slurmds
-  local cpus=${1:-4} node
+network_up() {  # NODE...: the switch and a namespace for each node; skips where it cannot
+  local node
   slurm_require ip unshare nsenter
   slurm_init two-nodes
   after_kill_hooks+=(remove_namespaces)
@@ -87,11 +87,17 @@ cluster_up() {  # [CPUS per node, default 4]: the namespaces, munged, slurmctld,
   cluster_namespaces+=("$(ns_of switch)")
   ip -n "$(ns_of switch)" link add br0 type bridge && ip -n "$(ns_of switch)" link set br0 up ||
     skip "cannot create a bridge in a network namespace here"
-  for node in head node1 node2; do
+  for node in "$@"; do
     add_namespace "$node" || skip "cannot join namespace $node to the bridge by a veth pair here"
   done
   on node2 bash -c "exec 3<>/dev/tcp/${cluster_addr[node1]}/1" 2>"$tmp/tcp.err" || true
   grep -q "refused" "$tmp/tcp.err" || skip "node2 does not reach node1 over the bridge: $(cat "$tmp/tcp.err")"
+  cd "$tmp/job"
+}
+
+cluster_up() {  # [CPUS per node, default 4]: the network, munged, slurmctld, two slurmds
+  local cpus=${1:-4} node
+  network_up head node1 node2
 
   start_munged nsenter --net="/run/netns/$(ns_of head)"
   {
@@ -109,7 +115,6 @@ cluster_up() {  # [CPUS per node, default 4]: the namespaces, munged, slurmctld,
   done
   wait_idle node1 node2
   echo "cluster: node1 ${cluster_addr[node1]} and node2 ${cluster_addr[node2]} idle ($cpus CPUs each), controller ${cluster_addr[head]}"
-  cd "$tmp/job"
 }
 
 # --time=10: more than train.sbatch's --signal=USR1@300, which would otherwise come at once.
