@@ -23,8 +23,7 @@ layout_run() {  # NAME ROWS OVERRIDES...: the two-node job against the one-host 
   wait_job "$id" 150
   log=$tmp/job/logs/$name-$id.out
   check_completed "$name" "$id" "$log"
-  # shellcheck disable=SC2086  # ROWS: one word per field, rows joined by commas
-  IFS=, read -ra row_list <<<"$rows"
+  IFS=, read -ra row_list <<<"$rows"  # ROWS: "RANK HOST TP DP PP,..."
   check_layout "$log" 4 "${row_list[@]}"
   check_loss_falls "$log"
   "$bin" --nproc 4 "$repo/recipes/gpt_tiny.lua" "${tiny_args[@]}" "$@" >"$tmp/$name-one-host.log" 2>&1 ||

@@ -4,8 +4,8 @@
 # token that marks every process they start, cleanup on any exit, munged with its own key, the
 # common part of slurm.conf, and waiting for jobs.
 #
-# The sourcing script calls slurm_init, then may add functions to cleanup_hooks (run first, in
-# order, on exit) and PIDs to daemon_pids.
+# The sourcing script calls slurm_init, then adds the daemons' PIDs to daemon_pids (sent SIGTERM
+# on exit) and may add functions to after_kill_hooks (run on exit once the processes are gone).
 export PATH=$PATH:/usr/sbin:/sbin
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAILED: $*"; dump_logs; exit 1; }
@@ -25,7 +25,6 @@ slurm_init() {  # NAME: $tmp, $token, the cleanup trap
   chmod 700 "$tmp"
   token="ME_SLURM_TEST_TOKEN=me-$1-$$-$RANDOM$RANDOM"
   daemon_pids=()
-  cleanup_hooks=()
   mkdir -p "$tmp"/{munge,state,spool,log,job/logs}
   chmod 700 "$tmp/munge"
   trap slurm_cleanup EXIT
@@ -38,7 +37,6 @@ slurm_cleanup() {
   set +e
   local hook pid alive
   [ -n "${SLURM_CONF:-}" ] && slurm_client scancel --quiet --full --user=root 2>/dev/null
-  for hook in "${cleanup_hooks[@]}"; do "$hook"; done
   for pid in "${daemon_pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for _ in $(seq 50); do
     alive=$(token_pids)

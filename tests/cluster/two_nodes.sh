@@ -27,17 +27,17 @@ ns_of() { echo "me$$-$1"; }  # NODE -> its namespace (unique per test process)
 
 # Runs COMMAND in NODE's namespace with NODE as its hostname, carrying the job token. nsenter,
 # not `ip netns exec`: that one mounts a fresh /sys, without the cgroup file system slurmd needs.
+in_node() {  # NODE: sets in_node_cmd, the command prefix (each part execs the next)
+  in_node_cmd=(env "$token" nsenter --net="/run/netns/$(ns_of "$1")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$1")
+}
 on() {  # NODE COMMAND...
-  local node=$1
-  shift
-  env "$token" nsenter --net="/run/netns/$(ns_of "$node")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$node" "$@"
+  in_node "$1"
+  "${in_node_cmd[@]}" "${@:2}"
 }
 slurm_client() { on head "$@"; }
-start_daemon() {  # NODE LOG COMMAND...: in the background, its PID in daemon_pids (env execs into it)
-  local node=$1 log=$2
-  shift 2
-  env "$token" nsenter --net="/run/netns/$(ns_of "$node")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$node" "$@" \
-    >"$log" 2>&1 &
+start_daemon() {  # NODE LOG COMMAND...: in the background, its PID (the daemon's) in daemon_pids
+  in_node "$1"
+  "${in_node_cmd[@]}" "${@:3}" >"$2" 2>&1 &
   daemon_pids+=($!)
   disown $!  # the cleanup's kills are expected: no "Killed" lines from the shell
 }
@@ -111,6 +111,7 @@ cluster_up() {  # [CPUS per node, default 4]: the network, munged, slurmctld, tw
   export SLURM_CONF=$tmp/slurm.conf
   start_daemon head "$tmp/log/slurmctld.out.log" slurmctld -D -i -f "$SLURM_CONF"
   for node in node1 node2; do
+    mkdir -p "$tmp/spool/$node"
     start_daemon "$node" "$tmp/log/slurmd-$node.out.log" slurmd -D -f "$SLURM_CONF" -N "$node"
   done
   wait_idle node1 node2
@@ -138,7 +139,7 @@ fixture_job() {
   echo "fixture: $(tr '\n' ';' <"$log")"
   if [ "${1:-}" = fail ]; then
     echo "fixture: failing on purpose with a job and processes running"
-    on node2 sleep 1000 & disown  # a stray process in a node's namespace, and a running job
+    on node2 sleep 1000 2>/dev/null &  # a stray process in a node's namespace, and a running job
     id=$(submit sleeper --nodes=2 --ntasks-per-node=1 --wrap 'srun sleep 1000')
     for _ in $(seq 50); do [ "$(job_state "$id")" = RUNNING ] && break; sleep 0.2; done
     echo "$tmp" >"$2"
