@@ -82,7 +82,11 @@ void Communicator::start_store() {
   store_address_ = StoreAddress{env_.master_addr, env_.master_port, token.value,
                                 cat("rank ", env_.rank, " (", this_host(), ")")};
   try {
-    store_ = c10::make_intrusive<JobStore>(store_address_, options_.connect_timeout);
+    auto store = c10::make_intrusive<JobStore>(store_address_, options_.connect_timeout);
+    // Gloo listens where this rank reaches the store: an address the other ranks can reach.
+    // Not the hostname, which may resolve nowhere, or to 127.0.1.1 (Debian's /etc/hosts).
+    local_host_ = store->client().local_host();
+    store_ = store;
   } catch (const std::exception& e) {
     fail("rank ", env_.rank, ": ", e.what(),
          env_.rank == 0 ? "" : " (rank 0 hosts the store: did it start? is MASTER_ADDR/MASTER_PORT the same on every rank?)");
@@ -104,11 +108,10 @@ std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, c
   // creation, member or not, so the suffixes agree wherever the group is joined.
   const int64_t generation = generations_[name]++;
   if (std::find(ranks.begin(), ranks.end(), env_.rank) == ranks.end()) return nullptr;
-  const std::string host = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost" ? "127.0.0.1" : this_host();
   const std::string unique = generation == 0 ? name : cat(name, "@", generation);
   std::shared_ptr<ProcessGroup> g;
   if (backend_ == "gloo")
-    g = make_gloo_group(unique, ranks, env_.rank, store_, options_.timeout, host);
+    g = make_gloo_group(unique, ranks, env_.rank, store_, options_.timeout, local_host_);
   else
     g = make_nccl_group(unique, ranks, env_.rank, store_, options_.timeout, cuda_device_, options_.nccl_cta_policy);
   g->set_diagnose([this](const ProcessGroup& group, int64_t seq) { return diagnose(group, seq); });

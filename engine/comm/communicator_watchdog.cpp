@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "engine/comm/communicator.h"
@@ -73,16 +74,59 @@ void Communicator::publish_progress(StoreClient& store, std::chrono::millisecond
   for (const auto& [name, seq] : changed) store.set(cat("me/progress/", name, "/", env_.rank), std::to_string(seq), timeout);
 }
 
+namespace {
+
+// "node node2 (ranks 2, 3, all of its ranks in the job) is", "ranks 2, 3 (node2) are", "rank 5
+// (node3) is": the dead ranks by host; a host all of whose ranks are silent is named as a node
+// (it died, or lost its network).
+std::string dead_ranks_text(const std::map<std::string, std::vector<int>>& silent_by_host,
+                            const std::vector<std::string>& hosts) {
+  std::string out;
+  for (const auto& [host, ranks] : silent_by_host) {
+    std::string list;
+    for (int r : ranks) list += cat(list.empty() ? "" : ", ", r);
+    const auto on_host = static_cast<size_t>(std::count(hosts.begin(), hosts.end(), host));
+    if (!out.empty()) out += "; ";
+    if (ranks.size() == on_host && on_host > 1)
+      out += cat("node ", host, " (ranks ", list, ", all of its ranks in the job)");
+    else
+      out += cat(ranks.size() == 1 ? "rank " : "ranks ", list, " (", host, ")");
+  }
+  const bool one = silent_by_host.size() == 1 && silent_by_host.begin()->second.size() == 1;
+  const bool node = silent_by_host.size() == 1 && out.rfind("node ", 0) == 0;
+  return out + (one || node ? " is" : " are");
+}
+
+}  // namespace
+
 // Ends the job (never returns) when a rank's heartbeat is older than dead_after. Ranks that
-// closed their communicator delete their heartbeat, so they never count.
+// closed their communicator delete their heartbeat, so they never count. Ranks silent for two
+// heartbeats on the dead rank's host are named with it: a node that died takes all its ranks,
+// whose heartbeats stop within one interval of each other.
 void Communicator::check_heartbeats(StoreClient& store, std::chrono::milliseconds timeout) {
-  for (const auto& beat : store.ages("me/hb/", dead_after(), timeout)) {
+  const auto dead = dead_after();
+  std::map<std::string, std::vector<int>> silent_by_host;
+  std::set<std::string> dead_hosts;
+  const StoreClient::Aged* oldest = nullptr;
+  const auto beats = store.ages("me/hb/", std::min(dead, 2 * heartbeat()), timeout);
+  for (const auto& beat : beats) {
     const int r = rank_of(beat.key, "me/hb/");
     if (r < 0 || r == env_.rank || r >= env_.world) continue;
-    abort_job(cat("rank ", r, " (", hosts_[static_cast<size_t>(r)], ") is dead: no heartbeat for ", seconds(beat.age_ms),
+    const std::string& host = hosts_[static_cast<size_t>(r)];
+    silent_by_host[host].push_back(r);
+    if (beat.age_ms < dead.count()) continue;
+    dead_hosts.insert(host);
+    if (!oldest || beat.age_ms > oldest->age_ms) oldest = &beat;
+  }
+  if (oldest) {
+    for (auto it = silent_by_host.begin(); it != silent_by_host.end();)
+      it = dead_hosts.count(it->first) ? std::next(it) : silent_by_host.erase(it);
+    for (auto& [host, ranks] : silent_by_host) std::sort(ranks.begin(), ranks.end());
+    const int r = rank_of(oldest->key, "me/hb/");
+    abort_job(cat(dead_ranks_text(silent_by_host, hosts_), " dead: no heartbeat for ", seconds(oldest->age_ms),
                   " (comm.dead_after_s = ", options_.dead_after_s,
-                  "): the process was stopped or killed, or lost its node; at its last heartbeat its latest collective was ",
-                  beat.value));
+                  "): the process was stopped or killed, or lost its node; at its last heartbeat rank ", r,
+                  "'s latest collective was ", oldest->value));
   }
   if (env_.rank != 0)
     if (auto hb0 = store.get("me/hb/0", timeout)) rank0_last_ = *hb0;
