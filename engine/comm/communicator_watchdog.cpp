@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -95,6 +96,32 @@ std::string dead_ranks_text(const std::map<std::string, std::vector<int>>& silen
   const bool one = silent_by_host.size() == 1 && silent_by_host.begin()->second.size() == 1;
   const bool node = silent_by_host.size() == 1 && out.rfind("node ", 0) == 0;
   return out + (one || node ? " is" : " are");
+}
+
+// For a failed collective: each node of more than one rank whose ranks have all been silent
+// longer than stale_ms, as a line of its own (a whole node gone, not one process).
+std::string silent_nodes(const std::map<int, StoreClient::Aged>& beats, const std::vector<std::string>& hosts,
+                         int64_t stale_ms) {
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (size_t r = 0; r < hosts.size(); ++r) ranks_of[hosts[r]].push_back(static_cast<int>(r));
+  std::string out;
+  for (const auto& [host, ranks] : ranks_of) {
+    int64_t newest = -1;
+    for (int r : ranks) {
+      auto it = beats.find(r);
+      if (it == beats.end() || it->second.age_ms <= stale_ms) {
+        newest = -1;
+        break;
+      }
+      newest = newest < 0 ? it->second.age_ms : std::min(newest, it->second.age_ms);
+    }
+    if (newest < 0 || ranks.size() < 2) continue;
+    std::string list;
+    for (int r : ranks) list += cat(list.empty() ? "" : ", ", r);
+    out += cat("\n  node ", host, " (ranks ", list, ", all of its ranks in the job): none has sent a heartbeat for ",
+               seconds(newest), ": the node died or lost its network, or all its processes were killed");
+  }
+  return out;
 }
 
 }  // namespace
@@ -244,6 +271,7 @@ std::string Communicator::diagnose(const ProcessGroup& group, int64_t seq) {
         os << who << "alive but has not reached this collective (it has started " << their << " of " << seq
            << " on group '" << group.name() << "'): it is hung or running something else";
     }
+    os << silent_nodes(beats, hosts_, 2 * hb.count());
     // Rank 0 hosts the store: stay a moment so the other survivors can still read it.
     if (env_.rank == 0) std::this_thread::sleep_for(hb * 3);
   } catch (const std::exception&) {
