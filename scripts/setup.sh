@@ -18,7 +18,8 @@ packages=(build-essential cmake ninja-build pkg-config ca-certificates
   clang-14 libfuzzer-14-dev            # scripts/fuzz.sh: libFuzzer targets (CI runs each for 30 s)
   tmux                                 # tmux drives the REPL test through a real terminal
   python3                              # scripts/long_functions.py (the style test)
-  slurm-wlm munge)                     # a real one-node Slurm for tests/cli/slurm_job.sh (slurm/*.sbatch)
+  slurm-wlm munge                      # a real one-node Slurm for tests/cli/slurm_job.sh (slurm/*.sbatch)
+  iproute2)                            # ip netns: the two-node cluster of tests/cluster/two_nodes.sh
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()

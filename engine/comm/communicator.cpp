@@ -128,8 +128,12 @@ void Communicator::start_store() {
   while (!store_) {  // in slices, saying every few seconds that rank 0's store is awaited
     const auto left = std::chrono::duration_cast<milliseconds>(limit - (Clock::now() - start));
     try {
-      store_ = c10::make_intrusive<JobStore>(store_address_, limit,
-                                             std::clamp(left, milliseconds(1), progress_every(limit)));
+      auto store = c10::make_intrusive<JobStore>(store_address_, limit,
+                                                 std::clamp(left, milliseconds(1), progress_every(limit)));
+      // Gloo listens where this rank reaches the store: an address the other ranks can reach.
+      // Not the hostname, which may resolve nowhere, or to 127.0.1.1 (Debian's /etc/hosts).
+      local_host_ = store->client().local_host();
+      store_ = store;
     } catch (const launch::StoreUnavailable& e) {
       if (Clock::now() - start < limit) {
         log::warn("rank ", env_.rank, ": waiting for rank 0's rendezvous store at ", env_.master_addr, ":",
@@ -161,11 +165,10 @@ std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, c
   // creation, member or not, so the suffixes agree wherever the group is joined.
   const int64_t generation = generations_[name]++;
   if (std::find(ranks.begin(), ranks.end(), env_.rank) == ranks.end()) return nullptr;
-  const std::string host = env_.master_addr == "127.0.0.1" || env_.master_addr == "localhost" ? "127.0.0.1" : this_host();
   const std::string unique = generation == 0 ? name : cat(name, "@", generation);
   std::shared_ptr<ProcessGroup> g;
   if (backend_ == "gloo")
-    g = make_gloo_group(unique, ranks, env_.rank, store_, timeout(), host);
+    g = make_gloo_group(unique, ranks, env_.rank, store_, timeout(), local_host_);
   else
     g = make_nccl_group(unique, ranks, env_.rank, store_, timeout(), cuda_device_, options_.nccl_cta_policy);
   g->set_diagnose([this](const ProcessGroup& group, int64_t seq) { return diagnose(group, seq); });

@@ -79,6 +79,7 @@ class Communicator {
   int cuda_device_ = -1;
   std::unique_ptr<launch::StoreServer> server_;  // rank 0 only
   launch::StoreAddress store_address_;
+  std::string local_host_ = "127.0.0.1";  // where this rank's Gloo pairs listen (start_store)
   c10::intrusive_ptr<c10d::Store> store_;
   std::string rank0_last_;  // rank 0's last heartbeat, read by the watchdog (rank 0 hosts the store)
   std::shared_ptr<ProcessGroup> world_;

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "engine/comm/communicator.h"
@@ -73,16 +75,85 @@ void Communicator::publish_progress(launch::StoreClient& store, std::chrono::mil
   for (const auto& [name, seq] : changed) store.set(cat("me/progress/", name, "/", env_.rank), std::to_string(seq), timeout);
 }
 
+namespace {
+
+// "node node2 (ranks 2, 3, all of its ranks in the job) is", "ranks 2, 3 (node2) are", "rank 5
+// (node3) is": the dead ranks by host; a host all of whose ranks are silent is named as a node
+// (it died, or lost its network).
+std::string dead_ranks_text(const std::map<std::string, std::vector<int>>& silent_by_host,
+                            const std::vector<std::string>& hosts) {
+  std::string out;
+  for (const auto& [host, ranks] : silent_by_host) {
+    std::string list;
+    for (int r : ranks) list += cat(list.empty() ? "" : ", ", r);
+    const auto on_host = static_cast<size_t>(std::count(hosts.begin(), hosts.end(), host));
+    if (!out.empty()) out += "; ";
+    if (ranks.size() == on_host && on_host > 1)
+      out += cat("node ", host, " (ranks ", list, ", all of its ranks in the job)");
+    else
+      out += cat(ranks.size() == 1 ? "rank " : "ranks ", list, " (", host, ")");
+  }
+  const bool one = silent_by_host.size() == 1 && silent_by_host.begin()->second.size() == 1;
+  const bool node = silent_by_host.size() == 1 && out.rfind("node ", 0) == 0;
+  return out + (one || node ? " is" : " are");
+}
+
+// For a failed collective: each node of more than one rank whose ranks have all been silent
+// longer than stale_ms, as a line of its own (a whole node gone, not one process).
+std::string silent_nodes(const std::map<int, launch::StoreClient::Aged>& beats, const std::vector<std::string>& hosts,
+                         int64_t stale_ms) {
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (size_t r = 0; r < hosts.size(); ++r) ranks_of[hosts[r]].push_back(static_cast<int>(r));
+  std::string out;
+  for (const auto& [host, ranks] : ranks_of) {
+    int64_t newest = -1;
+    for (int r : ranks) {
+      auto it = beats.find(r);
+      if (it == beats.end() || it->second.age_ms <= stale_ms) {
+        newest = -1;
+        break;
+      }
+      newest = newest < 0 ? it->second.age_ms : std::min(newest, it->second.age_ms);
+    }
+    if (newest < 0 || ranks.size() < 2) continue;
+    std::string list;
+    for (int r : ranks) list += cat(list.empty() ? "" : ", ", r);
+    out += cat("\n  node ", host, " (ranks ", list, ", all of its ranks in the job): none has sent a heartbeat for ",
+               seconds(newest), ": the node died or lost its network, or all its processes were killed");
+  }
+  return out;
+}
+
+}  // namespace
+
 // Ends the job (never returns) when a rank's heartbeat is older than dead_after. Ranks that
-// closed their communicator delete their heartbeat, so they never count.
+// closed their communicator delete their heartbeat, so they never count. Ranks silent for two
+// heartbeats on the dead rank's host are named with it: a node that died takes all its ranks,
+// whose heartbeats stop within one interval of each other.
 void Communicator::check_heartbeats(launch::StoreClient& store, std::chrono::milliseconds timeout) {
-  for (const auto& beat : store.ages("me/hb/", dead_after(), timeout)) {
+  const auto dead = dead_after();
+  std::map<std::string, std::vector<int>> silent_by_host;
+  std::set<std::string> dead_hosts;
+  const launch::StoreClient::Aged* oldest = nullptr;
+  const auto beats = store.ages("me/hb/", std::min(dead, 2 * heartbeat()), timeout);
+  for (const auto& beat : beats) {
     const int r = rank_of(beat.key, "me/hb/");
     if (r < 0 || r == env_.rank || r >= env_.world) continue;
-    abort_job(cat("rank ", r, " (", hosts_[static_cast<size_t>(r)], ") is dead: no heartbeat for ", seconds(beat.age_ms),
+    const std::string& host = hosts_[static_cast<size_t>(r)];
+    silent_by_host[host].push_back(r);
+    if (beat.age_ms < dead.count()) continue;
+    dead_hosts.insert(host);
+    if (!oldest || beat.age_ms > oldest->age_ms) oldest = &beat;
+  }
+  if (oldest) {
+    for (auto it = silent_by_host.begin(); it != silent_by_host.end();)
+      it = dead_hosts.count(it->first) ? std::next(it) : silent_by_host.erase(it);
+    for (auto& [host, ranks] : silent_by_host) std::sort(ranks.begin(), ranks.end());
+    const int r = rank_of(oldest->key, "me/hb/");
+    abort_job(cat(dead_ranks_text(silent_by_host, hosts_), " dead: no heartbeat for ", seconds(oldest->age_ms),
                   " (comm.dead_after_s = ", options_.dead_after_s,
-                  "): the process was stopped or killed, or lost its node; at its last heartbeat its latest collective was ",
-                  beat.value));
+                  "): the process was stopped or killed, or lost its node; at its last heartbeat rank ", r,
+                  "'s latest collective was ", oldest->value));
   }
   if (env_.rank != 0)
     if (auto hb0 = store.get("me/hb/0", timeout)) rank0_last_ = *hb0;
@@ -200,6 +271,7 @@ std::string Communicator::diagnose(const ProcessGroup& group, int64_t seq) {
         os << who << "alive but has not reached this collective (it has started " << their << " of " << seq
            << " on group '" << group.name() << "'): it is hung or running something else";
     }
+    os << silent_nodes(beats, hosts_, 2 * hb.count());
     // Rank 0 hosts the store: stay a moment so the other survivors can still read it.
     if (env_.rank == 0) std::this_thread::sleep_for(hb * 3);
   } catch (const std::exception&) {

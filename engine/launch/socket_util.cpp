@@ -80,6 +80,13 @@ std::string peer_name(int fd) {
   return with_port(numeric_host(reinterpret_cast<sockaddr*>(&ss), len), port);
 }
 
+std::string local_host(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  return numeric_host(reinterpret_cast<sockaddr*>(&ss), len);
+}
+
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 void set_nodelay(int fd) {

@@ -24,6 +24,8 @@ std::vector<Address> resolve(const std::string& host, int port);
 
 // "10.1.2.3:4567" / "[fd00::2]:4567" for a connected socket's peer, or "?".
 std::string peer_name(int fd);
+// The numeric local address of a connected socket ("10.1.2.3", "fd00::2"), or "" on error.
+std::string local_host(int fd);
 
 // A listening, non-blocking, close-on-exec socket on the first of `addresses` that binds (the
 // interface of that address only). Throws me::Error listing what was tried and why it failed.

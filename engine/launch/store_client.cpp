@@ -37,6 +37,11 @@ StoreClient::~StoreClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+std::string StoreClient::local_host() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fd_ >= 0 ? net::local_host(fd_) : "";
+}
+
 std::string StoreClient::where() const {
   return cat(address_.host, ":", address_.port, " (hosted by rank 0)");
 }

@@ -38,6 +38,9 @@ class StoreClient {
   StoreClient& operator=(const StoreClient&) = delete;
 
   const StoreAddress& address() const { return address_; }
+  // This end's address on the connection: the interface that reaches MASTER_ADDR ("" if not
+  // connected now).
+  std::string local_host();
 
   // One request and its reply within `timeout`. After a timeout or a broken connection the
   // next call connects again (within its own timeout).
