@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # train.deterministic on GPUs: for each layout, two fresh runs of bench/determinism/gpt1b.lua
 # (100 steps) must log the same loss and gradient norm at every step to the bit, and a third run,
-# killed with SIGKILL after its checkpoint at step 50 and started again, must log the same
-# values from step 51 on.
+# killed with SIGKILL once its checkpoint of step 50 is committed and started again, must log
+# the same values from step 51 on.
 #   bash bench/determinism/check.sh MEGAENGINE OUT_DIR [NPROC] [LAYOUT ...]
 #   LAYOUT: overrides joined by commas, e.g. parallel.tp=2 or parallel.pp=2,parallel.distributed_optimizer=true
 # Prints one line per layout and "determinism: N passed, M failed"; exits 1 if any failed.
@@ -29,8 +29,9 @@ killed_and_resumed() {  # NAME OVERRIDES...: saves at 50, killed after 60 is log
   ME_DET_LOG=$out/$name.hex setsid "$bin" --nproc "$nproc" "$recipe" "$@" checkpoint.dir="$ckpt" \
     checkpoint.interval=50 > "$out/$name.1.log" 2>&1 &
   local pid=$!
+  # Killed as soon as the save of step 50 is committed (the tracker names it), a few steps later.
   for _ in $(seq 1 600); do
-    [ "$(wc -l < "$out/$name.hex" 2>/dev/null || echo 0)" -ge 60 ] && break
+    [ "$(cat "$ckpt/latest_checkpointed_iteration.txt" 2>/dev/null)" = 50 ] && break
     sleep 0.5
   done
   kill -9 -- -"$pid" 2>/dev/null
