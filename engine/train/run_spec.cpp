@@ -49,6 +49,10 @@ void validate_train(const RunSpec& s) {
   ME_CHECK(c.keep >= 0, "checkpoint.keep must be >= 0 (0: keep all), got ", c.keep);
   ME_CHECK(c.interval == 0 || !c.dir.empty(), "checkpoint.interval = ", c.interval,
            " saves nowhere: set checkpoint.dir (e.g. checkpoint.dir=/fsx/checkpoints/run)");
+  ME_CHECK(c.iteration >= 0, "checkpoint.iteration must be >= 0 (0: the latest), got ", c.iteration);
+  ME_CHECK(c.iteration == 0 || !c.dir.empty() || !c.load.empty(), "checkpoint.iteration = ", c.iteration,
+           " resumes from nothing: set checkpoint.dir (or checkpoint.load)");
+  ME_CHECK(!c.weights_only || !c.load.empty(), "checkpoint.weights_only takes the weights of checkpoint.load: set it");
 }
 
 void validate_parallel(const RunSpec& s) {

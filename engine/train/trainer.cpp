@@ -104,6 +104,7 @@ Trainer::Trainer(RunSpec spec)
   validate(spec_);
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   connect();
+  check_output_dirs();
   plan_batches();
   find_checkpoint();
   open_data();
@@ -513,7 +514,10 @@ Summary Trainer::run() {
       break;
     }
   }
-  if (s.stopped.empty()) finish_checkpoints();
+  if (s.stopped.empty()) {
+    finish_checkpoints();
+    s.exit_status = final_save_status();
+  }
   finish_run(s, total_ms);
   return s;
 }
