@@ -183,6 +183,19 @@ std::string CheckpointDir::rewind(int64_t iteration) const {
                                                  " (nothing deleted), out of the way of this run's saves"));
 }
 
+std::string resolve_iteration_dir(const std::string& path) {
+  ME_CHECK(files::is_directory(path), "checkpoint '", path, "' does not exist or is not a directory");
+  if (files::exists(files::join(path, kMetadataFile))) return path;
+  const auto latest = CheckpointDir(path).latest();
+  ME_CHECK(latest, "'", path, "' is not a checkpoint: it has neither ", kMetadataFile, " (an iter_N directory) nor ",
+           kTrackerFile, " (a checkpoint directory)");
+  return CheckpointDir(path).iteration_path(*latest);
+}
+
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
 std::string iteration_list(const std::vector<int64_t>& iterations) {
   std::string out;
   for (const int64_t it : iterations) out += (out.empty() ? "" : ", ") + std::to_string(it);

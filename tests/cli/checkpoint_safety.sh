@@ -198,11 +198,14 @@ case_sigint() {
   [ "$(cat "$dir/latest_checkpointed_iteration.txt")" = "$it" ] || fail "first SIGINT: the tracker does not name $it"
   [ -f "$dir/iter_$(printf %07d "$it")/rank_00000.safetensors" ] || fail "first SIGINT: iteration $it has no shard"
   echo "ok first_sigint: saved iteration $it, exit 75"
-  # Two at once: the process dies of SIGINT without waiting for the step; the tracker stays.
-  "$bin" "$script" $common checkpoint.dir="$dir" > "$tmp/int2.log" 2>&1 &
+  # A second one while the first one's save is being written (slowed down to 5 s a MiB): the
+  # process dies of SIGINT at once, and the tracker stays where it was.
+  ME_TEST_CHECKPOINT_SLOW_MS=5000 "$bin" "$script" $common checkpoint.dir="$dir" > "$tmp/int2.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do grep -qs "iteration  *$((it + 2))/" "$tmp/int2.log" && break; sleep 0.05; done
-  kill -INT "$pid"; kill -INT "$pid"
+  kill -INT "$pid"
+  for _ in $(seq 1 100); do grep -qs "writing in the background" "$tmp/int2.log" && break; sleep 0.05; done
+  kill -INT "$pid"
   rc=0
   wait "$pid" || rc=$?
   pid=""
