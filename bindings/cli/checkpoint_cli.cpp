@@ -7,6 +7,7 @@
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/state.h"
 #include "engine/core/error.h"
+#include "engine/core/files.h"
 
 namespace me::lua {
 namespace {
@@ -14,8 +15,9 @@ namespace {
 const char* kUsage =
     "usage: megaengine checkpoint inspect DIR [--verify]\n"
     "  DIR: a checkpoint directory (its latest iteration) or one of its iter_N directories.\n"
-    "  Prints the iteration, the layout that saved it, every tensor with its dtype and shape, and\n"
-    "  the total size; --verify also checks every shard's size and CRC-32C.\n";
+    "  Prints the iterations a checkpoint directory holds (checkpoint.iteration=N resumes from an earlier\n"
+    "  one), then the iteration inspected, the layout that saved it, every tensor with its dtype and\n"
+    "  shape, and the total size; --verify also checks every shard's size and CRC-32C.\n";
 
 int64_t tensor_bytes(const checkpoint::TensorRecord& t) {
   int64_t n = 1;
@@ -53,6 +55,23 @@ void print_inspection(checkpoint::CheckpointReader& reader) {
   std::printf("  total %.3f GB of tensors\n", static_cast<double>(total) / 1e9);
 }
 
+// A checkpoint directory: the iterations it holds, so that an earlier one can be chosen
+// (checkpoint.iteration=N) when the latest is damaged.
+void print_iterations(const std::string& dir) {
+  if (files::exists(files::join(dir, checkpoint::kMetadataFile))) return;  // an iter_N directory
+  const checkpoint::CheckpointDir d(dir);
+  const auto all = d.committed();
+  if (all.empty()) return;
+  std::string tracker = "no tracker";
+  try {
+    if (const auto latest = d.latest()) tracker = "the latest: " + std::to_string(*latest);
+  } catch (const std::exception& e) {
+    tracker = "its tracker is damaged";
+  }
+  std::printf("checkpoint directory %s: iterations %s (%s)\n", dir.c_str(), checkpoint::iteration_list(all).c_str(),
+              tracker.c_str());
+}
+
 }  // namespace
 
 int checkpoint_main(int argc, char** argv) {
@@ -79,6 +98,7 @@ int checkpoint_main(int argc, char** argv) {
     return 2;
   }
   try {
+    print_iterations(dir);
     checkpoint::CheckpointReader reader(checkpoint::resolve_iteration_dir(dir));
     print_inspection(reader);
     if (verify) {

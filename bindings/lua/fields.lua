@@ -190,7 +190,10 @@ section("checkpoint", {
   { "keep", 0, "committed checkpoints kept, the oldest deleted after a newer one commits; 0: keep all" },
   { "async", true, "write in the background after copying to host memory (the copy is the only pause)" },
   { "load", "", "start from this checkpoint (a directory or an iter_N in it) when dir holds none (--load); \"hf:DIR\": Hugging Face weights" },
-  { "save_on_exit", true, "save at the end of the run (and when stopped by SIGTERM/SIGUSR1) when dir is set" },
+  { "save_on_exit", true, "save at the end of the run (and when stopped by SIGTERM, SIGUSR1 or a first Ctrl-C) when dir is set" },
+  { "weights_only", false, "with load: take its model weights alone (a model that differs is allowed where the shapes fit): a fresh optimizer, iteration 0, the data from its start" },
+  { "override_schedule", false, "on resume, follow the recipe's learning-rate schedule (train.iters, schedule.*, optimizer.lr) instead of the checkpoint's (Megatron's --override-opt_param-scheduler)" },
+  { "iteration", 0, "resume from this saved iteration of dir (or of load) instead of the latest, e.g. an earlier one when the latest is damaged; 0: the latest" },
 }, "recipe.checkpoint: sharded, atomic, resumable saves; Megatron's --save/--load/--save-interval")
 section("log", {
   { "level", "info", "trace | debug | info | warn | error | off (ME_LOG_LEVEL wins)" },

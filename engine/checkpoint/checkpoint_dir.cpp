@@ -11,6 +11,8 @@
 #include <random>
 #include <sstream>
 
+#include "engine/checkpoint/metadata.h"
+#include "engine/checkpoint/safetensors.h"
 #include "engine/core/error.h"
 #include "engine/core/files.h"
 
@@ -106,16 +108,82 @@ std::vector<int64_t> CheckpointDir::committed() const {
 
 std::vector<int64_t> CheckpointDir::prune(int64_t keep) const {
   std::vector<int64_t> deleted;
-  if (keep <= 0) return deleted;
-  const auto all = committed();
   const auto newest = latest();
-  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
-    if (newest && all[i] == *newest) continue;
-    files::remove_tree(iteration_path(all[i]));
-    deleted.push_back(all[i]);
+  if (keep <= 0 || !newest) return deleted;
+  std::vector<int64_t> lineage;
+  for (const int64_t it : committed())
+    if (it <= *newest) lineage.push_back(it);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < lineage.size(); ++i) {
+    files::remove_tree(iteration_path(lineage[i]));
+    deleted.push_back(lineage[i]);
   }
   if (!deleted.empty()) fsync_directory(dir_);
   return deleted;
+}
+
+std::vector<int64_t> CheckpointDir::iteration_dirs() const {
+  std::vector<int64_t> out;
+  for (const auto& name : files::list(dir_))
+    if (const auto it = parse_iteration_name(name); it && files::is_directory(files::join(dir_, name))) out.push_back(*it);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string CheckpointDir::set_aside(int64_t after, const std::vector<int64_t>& iterations) const {
+  const std::string name = iteration_path(after);
+  const std::string aside = files::join(dir_, "superseded_after_" + name.substr(name.rfind('/') + 1));
+  files::make_directories(aside);
+  for (const int64_t it : iterations) {
+    const std::string from = iteration_path(it), to = files::join(aside, from.substr(from.rfind('/') + 1));
+    if (::rename(from.c_str(), to.c_str()) != 0) fail("cannot move '", from, "' to '", to, "': ", std::strerror(errno));
+  }
+  fsync_directory(aside);
+  fsync_directory(dir_);
+  return aside;
+}
+
+std::string CheckpointDir::recover_tracker() const {
+  const auto present = iteration_dirs();
+  if (present.empty()) return "";
+  const auto all = committed();
+  std::string skipped;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const auto why = verify_iteration(iteration_path(*it));
+    if (!why.empty()) {
+      skipped += "\n  iteration " + std::to_string(*it) + ": " + why;
+      continue;
+    }
+    // The newer, incomplete ones would collide with this lineage's saves: kept, out of the way.
+    std::vector<int64_t> newer;
+    for (const int64_t n : present)
+      if (n > *it) newer.push_back(n);
+    const std::string moved = newer.empty() ? std::string()
+                                            : cat("; the newer iterations ", iteration_list(newer), ", incomplete or ",
+                                                  "damaged, were moved to ", set_aside(*it, newer), skipped);
+    write_file_atomic(files::join(dir_, kTrackerFile), std::to_string(*it) + "\n");
+    return cat(dir_, " has iter_* directories but no ", kTrackerFile, ": resuming from iteration ", *it,
+               ", the newest complete one (every shard verified), which the tracker names again", moved);
+  }
+  fail("checkpoint.dir '", dir_, "' holds iter_* directories but no ", kTrackerFile, " and no complete megaengine ",
+       "checkpoint", skipped.empty() ? " (none has a metadata.json)" : ":" + skipped,
+       "\nit is not a megaengine checkpoint directory, or its saves were all lost: choose another checkpoint.dir, or ",
+       "restore or remove those directories");
+}
+
+std::string CheckpointDir::rewind(int64_t iteration) const {
+  const std::string target = iteration_dir(dir_, iteration, "checkpoint.iteration");
+  const std::string aside = files::join(dir_, "superseded_after_" + target.substr(target.rfind('/') + 1));
+  if (files::exists(aside))
+    return cat("checkpoint.iteration = ", iteration, " was applied already (", aside, " holds what it set aside): ",
+               "going on from the latest; remove that directory to go back to iteration ", iteration, " again");
+  std::vector<int64_t> newer;
+  for (const int64_t it : iteration_dirs())
+    if (it > iteration) newer.push_back(it);
+  set_aside(iteration, newer);  // also when empty: the mark that a requeued run must not rewind again
+  write_file_atomic(files::join(dir_, kTrackerFile), std::to_string(iteration) + "\n");
+  return cat("resuming from iteration ", iteration, " (checkpoint.iteration)",
+             newer.empty() ? std::string() : cat("; the newer iterations ", iteration_list(newer), " were moved to ", aside,
+                                                 " (nothing deleted), out of the way of this run's saves"));
 }
 
 std::string resolve_iteration_dir(const std::string& path) {
@@ -125,6 +193,40 @@ std::string resolve_iteration_dir(const std::string& path) {
   ME_CHECK(latest, "'", path, "' is not a checkpoint: it has neither ", kMetadataFile, " (an iter_N directory) nor ",
            kTrackerFile, " (a checkpoint directory)");
   return CheckpointDir(path).iteration_path(*latest);
+}
+
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
+std::string iteration_list(const std::vector<int64_t>& iterations) {
+  std::string out;
+  for (const int64_t it : iterations) out += (out.empty() ? "" : ", ") + std::to_string(it);
+  return out.empty() ? "none" : out;
+}
+
+std::string iteration_dir(const std::string& path, int64_t iteration, const std::string& field) {
+  const CheckpointDir dir(path);
+  const auto path_n = dir.iteration_path(iteration);
+  ME_CHECK(files::exists(files::join(path_n, kMetadataFile)), field, " = ", iteration, ": '", path,
+           "' holds no complete iteration ", iteration, "; its iterations: ", iteration_list(dir.committed()));
+  return path_n;
+}
+
+std::string verify_iteration(const std::string& iteration_dir) {
+  try {
+    const auto file = files::join(iteration_dir, kMetadataFile);
+    const auto meta = Metadata::parse(read_file(file), file);
+    for (const auto& [name, shard] : meta.shards) {
+      const auto path = files::join(iteration_dir, name);
+      if (files::file_size(path) != static_cast<int64_t>(shard.bytes))
+        return cat("shard '", name, "' is missing or not of its recorded size");
+      if (SafetensorsFile(path).crc32c() != shard.crc32c) return cat("shard '", name, "' fails its checksum");
+    }
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
 }
 
 void fsync_directory(const std::string& dir) { fsync_path(dir, O_RDONLY | O_DIRECTORY); }

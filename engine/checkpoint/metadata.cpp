@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/core/error.h"
 
 namespace me::checkpoint {
@@ -252,6 +253,9 @@ Metadata Metadata::parse(const std::string& text, const std::string& file) {
       m.tensors[name] = std::move(r);
     }
     for (const auto& [f, s] : j.at("shards").items()) {
+      // Shards live in the iteration directory: a path elsewhere is not a checkpoint's shard.
+      ME_CHECK(is_plain_file_name(f), "'", file, "': shard '", f, "' is not a file name in the checkpoint's directory ",
+               "(a path such as '../x' or '/x' is refused): the metadata is damaged or was not written by megaengine");
       ShardRecord r;
       r.rank = s.at("rank").get<int>();
       r.bytes = s.at("bytes").get<uint64_t>();

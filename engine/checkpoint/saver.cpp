@@ -68,6 +68,8 @@ void CheckpointSaver::save(const std::vector<StateTensor>& tensors, Metadata met
       const auto other = Metadata::parse(all[r].substr(all[r].find('\n') + 1), cat("rank ", r, "'s pieces"));
       meta.merge_tensors(other);
     }
+  attempted_ = meta.iteration;
+  failure_.clear();
   Pending p;
   p.iteration = meta.iteration;
   p.tmp = dir_.begin(meta.iteration, nonce);
@@ -111,12 +113,25 @@ bool CheckpointSaver::commit_if_done(bool all_done) {
   mine << pending_->file << "\t" << written_.result.bytes << "\t" << written_.result.crc32c << "\t"
        << written_.seconds << "\t" << written_.error;
   const auto results = gather(comm_, mine.str());
-  if (rank_ == 0) commit(results);
+  // Every rank learns rank 0's outcome, so that all of them exit alike when a save is lost.
+  const auto outcome = gather(comm_, rank_ == 0 ? "=" + commit_or_explain(results) : std::string("-"))[0].substr(1);
+  if (outcome.empty()) committed_ = pending_->iteration;
+  failure_ = outcome;
   pending_.reset();
   return true;
 }
 
-void CheckpointSaver::commit(const std::vector<std::string>& results) {
+std::string CheckpointSaver::commit_or_explain(const std::vector<std::string>& results) {
+  try {
+    return commit(results);
+  } catch (const std::exception& e) {  // the metadata or the tracker could not be written (a full disk)
+    files::remove_tree(pending_->tmp);
+    log::error("checkpoint iteration ", pending_->iteration, " was NOT saved (the previous one stays the latest): ", e.what());
+    return e.what();
+  }
+}
+
+std::string CheckpointSaver::commit(const std::vector<std::string>& results) {
   auto& p = *pending_;
   std::string failures;
   double slowest = 0;
@@ -138,13 +153,13 @@ void CheckpointSaver::commit(const std::vector<std::string>& results) {
   if (!failures.empty()) {
     files::remove_tree(p.tmp);
     log::error("checkpoint iteration ", p.iteration, " was NOT saved (the previous one stays the latest):", failures);
-    return;
+    return "a rank could not write its shard:" + failures;
   }
   write_file_atomic(files::join(p.tmp, kMetadataFile), p.meta.to_json());
   if (!dir_.commit(p.iteration, p.tmp)) {
     files::remove_tree(p.tmp);
     log::warn("checkpoint iteration ", p.iteration, " exists already in ", dir_.path(), ": kept as it was");
-    return;
+    return cat("iteration ", p.iteration, " exists already in ", dir_.path(), " and was kept as it was");
   }
   const auto pruned = dir_.prune(options_.keep);
   log::info("saved checkpoint iteration ", p.iteration, " to ", dir_.iteration_path(p.iteration), ": ", human::number(total / 1e9),
@@ -153,6 +168,7 @@ void CheckpointSaver::commit(const std::vector<std::string>& results) {
             human::number(slowest > 0 ? static_cast<double>(total) / slowest / 1e9 : 0.0),
             " GB/s over all shards; committed ", human::number(seconds_since(p.started)), " s after its step",
             pruned.empty() ? "" : cat("; deleted ", pruned.size(), " older (checkpoint.keep = ", options_.keep, ")"));
+  return "";
 }
 
 void CheckpointSaver::finish() {

@@ -54,6 +54,12 @@ class CheckpointSaver {
   bool commit_if_done(bool all_done);
   // Every rank: waits for this rank's write, then commits.
   void finish();
+  // What became of the saves, as every rank knows it once they have committed (or not): the
+  // iteration saved last (-1: none), the one attempted last (-1: none), and why that one was
+  // not saved ("" when it was, or is still pending).
+  int64_t committed_iteration() const { return committed_; }
+  int64_t attempted_iteration() const { return attempted_; }
+  const std::string& failure() const { return failure_; }
 
  private:
   struct Pending {
@@ -70,7 +76,9 @@ class CheckpointSaver {
     std::string error;
   };
   void join();
-  void commit(const std::vector<std::string>& results);
+  // Rank 0: writes the metadata and commits; returns why it could not ("" when it did).
+  std::string commit(const std::vector<std::string>& results);
+  std::string commit_or_explain(const std::vector<std::string>& results);
 
   SaverOptions options_;
   comm::Communicator* comm_;
@@ -81,6 +89,8 @@ class CheckpointSaver {
   std::thread writer_, preparer_;
   Written written_;
   std::atomic<bool> writing_{false};
+  int64_t committed_ = -1, attempted_ = -1;
+  std::string failure_;
 };
 
 }  // namespace me::checkpoint

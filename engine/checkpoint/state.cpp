@@ -95,6 +95,23 @@ WriteResult HostSnapshot::write(const std::string& path, const WriteOptions& opt
   return write_safetensors(path, sources, {{"format", "megaengine-checkpoint-shard"}}, options);
 }
 
+namespace {
+// How to go on without a damaged iteration: the earlier ones its checkpoint directory holds.
+std::string earlier_hint(std::string iteration_dir) {
+  while (iteration_dir.size() > 1 && iteration_dir.back() == '/') iteration_dir.pop_back();
+  const CheckpointDir dir(files::parent(iteration_dir));
+  const std::string mine = iteration_dir.substr(iteration_dir.rfind('/') + 1);
+  std::vector<int64_t> earlier;
+  for (const int64_t it : dir.committed()) {
+    const std::string path = dir.iteration_path(it);
+    if (path.substr(path.rfind('/') + 1) < mine) earlier.push_back(it);  // iter_%07d names sort as numbers
+  }
+  if (earlier.empty()) return cat("restore it (", dir.path(), " holds no earlier iteration)");
+  return cat("restore it, or load an earlier checkpoint: checkpoint.iteration=", earlier.back(), " (", dir.path(),
+             " holds iterations ", iteration_list(dir.committed()), ")");
+}
+}  // namespace
+
 CheckpointReader::CheckpointReader(const std::string& iteration_dir) : dir_(iteration_dir) {
   const auto file = files::join(dir_, kMetadataFile);
   ME_CHECK(files::exists(file), "checkpoint '", dir_, "' has no ", kMetadataFile,
@@ -114,14 +131,14 @@ const SafetensorsFile& CheckpointReader::shard(const std::string& file) {
   ME_CHECK(size >= 0, "checkpoint '", dir_, "': shard '", file, "' (rank ", it->second.rank, ") is missing: ",
            std::strerror(errno));
   ME_CHECK(static_cast<uint64_t>(size) == it->second.bytes, "checkpoint shard '", path, "' is ", size, " bytes but was written with ",
-           it->second.bytes, " (truncated or replaced): restore it, or load an earlier checkpoint");
+           it->second.bytes, " (truncated or replaced): ", earlier_hint(dir_));
   auto opened = std::make_unique<SafetensorsFile>(path);
   const uint32_t crc = opened->crc32c();
   char got[9], want[9];
   std::snprintf(got, sizeof got, "%08x", crc);
   std::snprintf(want, sizeof want, "%08x", it->second.crc32c);
   ME_CHECK(crc == it->second.crc32c, "checkpoint shard '", path, "' fails its checksum (CRC-32C ", got,
-           ", written as ", want, "): the file is corrupt; restore it, or load an earlier checkpoint");
+           ", written as ", want, "): the file is corrupt; ", earlier_hint(dir_));
   slot = std::move(opened);
   return *slot;
 }

@@ -87,6 +87,10 @@ void CheckpointSpec::check() const {
   ME_CHECK(keep >= 0, "checkpoint.keep must be >= 0 (0: keep all), got ", keep);
   ME_CHECK(interval == 0 || !dir.empty(), "checkpoint.interval = ", interval,
            " saves nowhere: set checkpoint.dir (e.g. checkpoint.dir=/fsx/checkpoints/run)");
+  ME_CHECK(iteration >= 0, "checkpoint.iteration must be >= 0 (0: the latest), got ", iteration);
+  ME_CHECK(iteration == 0 || !dir.empty() || !load.empty(), "checkpoint.iteration = ", iteration,
+           " resumes from nothing: set checkpoint.dir (or checkpoint.load)");
+  ME_CHECK(!weights_only || !load.empty(), "checkpoint.weights_only takes the weights of checkpoint.load: set it");
 }
 
 void SampleSpec::check() const {

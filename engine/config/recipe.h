@@ -153,6 +153,9 @@ struct CheckpointSpec {
   bool async{};
   std::string load;       // resume from here when dir holds no checkpoint
   bool save_on_exit{};
+  bool weights_only{};       // load: its model weights alone (another model allowed), iteration 0
+  bool override_schedule{};  // resume with the recipe's schedule instead of the checkpoint's
+  int64_t iteration{};       // resume from this iteration instead of the latest; 0: the latest
 
   void check() const;
 };
@@ -275,6 +278,9 @@ void visit_fields(S& c, V&& v) {
   v("async", c.async);
   v("load", c.load);
   v("save_on_exit", c.save_on_exit);
+  v("weights_only", c.weights_only);
+  v("override_schedule", c.override_schedule);
+  v("iteration", c.iteration);
 }
 
 template <class S, class V, if_section<S, SampleSpec> = 0>

@@ -1,7 +1,8 @@
 // SIGTERM and SIGUSR1 ask a training run to stop at the next step boundary (saving a checkpoint
 // first when there is a checkpoint.dir): Slurm sends them before the time limit
-// (--signal=USR1@300), on preemption and on scancel. While a StopSignals is alive their
-// handlers only record the signal; the previous handlers come back when it goes.
+// (--signal=USR1@300), on preemption and on scancel. A first SIGINT (Ctrl-C) does the same; a
+// second one kills the process at once. While a StopSignals is alive their handlers only
+// record the signal; the previous handlers come back when it goes.
 #pragma once
 #include <csignal>
 
@@ -18,7 +19,7 @@ class StopSignals {
   static int received();
 
  private:
-  struct sigaction old_term_ {}, old_usr1_ {};
+  struct sigaction old_term_ {}, old_usr1_ {}, old_int_ {};
 };
 
 }  // namespace me

@@ -41,7 +41,8 @@ std::unique_ptr<WeightSource> checkpoint_source(const std::string& path);
 struct ExportOptions {
   std::string dtype;  // fp32 | bf16 | fp16; "": the model's own
   uint64_t max_shard_bytes = kDefaultMaxShardBytes;
-  bool overwrite = false;  // replace an existing output directory
+  bool overwrite = false;  // replace an existing output directory, when it is an earlier export
+  std::string source;      // the checkpoint exported, which the output must not replace ("": none)
 };
 
 struct ExportResult {
@@ -83,8 +84,12 @@ std::string import_hf(const std::string& hf_dir, const model::TransformerConfig&
 // checkpoint.load = "hf:DIR" for a run: every rank checks config.json against the recipe; rank 0
 // converts once into <checkpoint_dir>/hf_import-<hash of the source>/ (reused when there) while
 // the others wait in `barrier`; one process without checkpoint.dir converts into a temporary
-// directory removed at exit. Several ranks need checkpoint.dir (a shared directory). Returns the
-// iteration directory every rank loads.
+// directory $TMPDIR/megaengine-hf-<pid>-*, removed once loaded (release_temp_conversion) or at
+// exit, and by the next conversion when its process died first. Several ranks need
+// checkpoint.dir (a shared directory). Returns the iteration directory every rank loads.
+// Removes the temporary conversion holding `iteration_dir`, once it is loaded; nothing when
+// `iteration_dir` is not one.
+void release_temp_conversion(const std::string& iteration_dir);
 std::string import_hf_for_run(const std::string& hf_dir, const model::TransformerConfig& expected,
                               const std::string& checkpoint_dir, int rank, int world,
                               const std::function<void()>& barrier);

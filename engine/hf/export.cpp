@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/checkpoint/dir_guard.h"
 #include "engine/hf/convert.h"
 #include "engine/core/build_config.h"
 #include "engine/core/error.h"
@@ -135,8 +136,7 @@ ExportResult export_hf(WeightSource& source, const std::string& out, const Expor
   r.family = family_name(family_of(spec.model));
   const auto& dtype = dtype_named(options.dtype, source.model_dtype());
   r.dtype = dtype.config;
-  ME_CHECK(options.overwrite || !files::exists(out_dir) || files::list(out_dir).empty(), "export: '", out_dir,
-           "' exists and is not empty: choose a new directory (or overwrite it: --force)");
+  checkpoint::check_export_target(options.source, out_dir, options.overwrite);
   const std::string tmp = out_dir + ".tmp-" + checkpoint::random_nonce();
   files::make_directories(tmp);
   try {
@@ -165,8 +165,11 @@ ExportResult export_hf(WeightSource& source, const std::string& out, const Expor
 }
 
 ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir, const ExportOptions& options) {
+  auto o = options;
+  o.source = checkpoint;
+  checkpoint::check_export_target(o.source, out_dir, o.overwrite);  // before the checkpoint is read
   auto source = checkpoint_source(checkpoint);
-  return export_hf(*source, out_dir, options);
+  return export_hf(*source, out_dir, o);
 }
 
 }  // namespace me::hf

@@ -27,7 +27,7 @@ std::map<std::string, std::string> read_index(const std::string& path) {
     ME_CHECK(file.is_string(), "'", path, "': weight_map[\"", name, "\"] is not a file name");
     const auto f = file.get<std::string>();
     // Shards live in the model's directory: a path elsewhere is not a model's index.
-    ME_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", "'", path,
+    ME_CHECK(checkpoint::is_plain_file_name(f), "'", path,
              "': weight_map[\"", name, "\"] names '", f, "', not a file in the model's directory");
     out[name] = f;
   }

@@ -1,6 +1,9 @@
 // checkpoint.load = "hf:DIR": the conversion a run loads from, made once (hf_convert.h).
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -42,9 +45,24 @@ void remove_temp_dirs() {
   for (const auto& d : temp_dirs()) files::remove_tree(d);
 }
 
+// Conversions whose process died before removing them (SIGKILL, a second Ctrl-C during the
+// conversion): their names carry the pid.
+void remove_orphans(const std::string& base) {
+  const std::string prefix = "megaengine-hf-";
+  for (const auto& name : files::list(base)) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    files::remove_tree(files::join(base, name));
+    log::info("removed ", files::join(base, name), ", a conversion left by process ", pid, ", which has ended");
+  }
+}
+
 std::string make_temp_dir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = files::join(base && *base ? base : "/tmp", "megaengine-hf-XXXXXX");
+  const char* env = std::getenv("TMPDIR");
+  const std::string base = env && *env ? env : "/tmp";
+  remove_orphans(base);
+  std::string pattern = files::join(base, cat("megaengine-hf-", ::getpid(), "-XXXXXX"));
   ME_CHECK(::mkdtemp(pattern.data()), "checkpoint.load = 'hf:...': cannot create a temporary directory '", pattern,
            "' (set TMPDIR, or checkpoint.dir to convert there)");
   std::lock_guard<std::mutex> lock(g_temp_mutex);
@@ -54,6 +72,17 @@ std::string make_temp_dir() {
 }
 
 }  // namespace
+
+void release_temp_conversion(const std::string& iteration_dir) {
+  std::lock_guard<std::mutex> lock(g_temp_mutex);
+  auto& dirs = temp_dirs();
+  for (auto it = dirs.begin(); it != dirs.end(); ++it)
+    if (iteration_dir.rfind(*it + "/", 0) == 0) {
+      files::remove_tree(*it);
+      dirs.erase(it);
+      return;
+    }
+}
 
 std::string import_hf_for_run(const std::string& hf_dir, const model::TransformerConfig& expected,
                               const std::string& checkpoint_dir, int rank, int world,

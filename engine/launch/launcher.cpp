@@ -459,15 +459,15 @@ class Launcher {
     begin_stop(SIGTERM);
   }
 
-  // SIGTERM and SIGUSR1 give the ranks time to save a checkpoint and stop by themselves
-  // (save_grace_seconds); SIGINT only grace_seconds.
+  // SIGTERM, SIGUSR1 and a first SIGINT (Ctrl-C) give the ranks time to save a checkpoint and
+  // stop by themselves (save_grace_seconds); a second signal kills them.
   void on_launcher_signal(int sig) {
     if (!stopping_) {
       int n = static_cast<int>(std::count_if(ranks_.begin(), ranks_.end(),
                                              [](const Rank& r) { return r.running; }));
       say(cat("got ", signal_name(sig), "; forwarding it to ", plural_ranks(n)));
       forwarded_ = sig;
-      begin_stop(sig, sig == SIGINT ? opts_.grace_seconds : opts_.save_grace_seconds);
+      begin_stop(sig, opts_.save_grace_seconds);
     } else if (!killed_) {
       // A second Ctrl-C means the user does not want to wait for the grace period.
       say(cat("got ", signal_name(sig), " again; killing the ranks"));

@@ -59,7 +59,10 @@ Summary Trainer::run() {
       break;
     }
   }
-  if (s.stopped.empty()) finish_checkpoints();
+  if (s.stopped.empty()) {
+    finish_checkpoints();
+    s.exit_status = final_save_status();
+  }
   finish_run(s, total_ms);
   return s;
 }

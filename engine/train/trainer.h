@@ -16,6 +16,7 @@
 
 #include <memory>
 
+#include "engine/checkpoint/dir_guard.h"
 #include "engine/checkpoint/saver.h"
 #include "engine/comm/communicator.h"
 #include "engine/model/transformer.h"
@@ -101,6 +102,7 @@ class Trainer {
   // The constructor's steps, in order.
   void connect();
   void plan_batches();
+  void check_output_dirs();
   void find_checkpoint();
   void open_data();
   void build_model();
@@ -110,7 +112,15 @@ class Trainer {
 
   // Checkpoints at step boundaries (trainer_checkpoint.cpp).
   void load_state(checkpoint::CheckpointReader& reader);
+  // Rank 0, before any rank looks: a lost tracker restored, checkpoint.iteration applied.
+  void settle_checkpoint_dir(const checkpoint::CheckpointDir& dir);
+  // The checkpoint to resume from against the recipe: another model refused (or, with
+  // checkpoint.weights_only, warned), the checkpoint's schedule kept unless overridden.
+  void check_resume(const checkpoint::Metadata& m, bool from_dir);
   void save_checkpoint();
+  // What the run ends with after its last save: kExitError (and why) when the save of the
+  // final iteration was attempted and did not commit.
+  int final_save_status();
   // Commits, saves and stops as agreed; returns the exit status to stop with, or -1.
   int after_step(Summary& s);
   void finish_checkpoints();
@@ -154,9 +164,11 @@ class Trainer {
   double flops_per_iteration_ = 0;
   torch::Tensor last_loss_;
   PhaseTimer phases_;
+  std::unique_ptr<checkpoint::DirLock> dir_lock_;      // rank 0's lock on checkpoint.dir, held to the end
   std::unique_ptr<checkpoint::CheckpointSaver> saver_;  // checkpoint.dir set
   std::string resume_from_;        // the iteration directory to resume from; "" if none
   int64_t resume_consumed_ = 0;    // its consumed samples, where the data starts
+  bool weights_only_ = false;      // resume_from_ is checkpoint.load taken as weights alone
   int64_t last_saved_ = -1;        // the iteration saved last
   struct Agreed {
     int stop_signal = 0;  // the largest stop signal any rank received (0: none)

@@ -52,6 +52,7 @@ Trainer::Trainer(config::Recipe spec)
   if (spec_.train.deterministic) deterministic_settings_ = apply_deterministic_mode();
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   connect();
+  check_output_dirs();
   plan_batches();
   find_checkpoint();
   open_data();

@@ -12,6 +12,7 @@
 #include "engine/core/log.h"
 #include "engine/core/stop_signals.h"
 #include "engine/core/torch_compat.h"
+#include "engine/train/resume_check.h"
 #include "engine/train/trainer.h"
 
 namespace me::train {
@@ -20,7 +21,9 @@ using checkpoint::StateTensor;
 
 namespace {
 
-const char* signal_label(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+const char* signal_label(int sig) {
+  return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT (Ctrl-C)" : "a signal";
+}
 
 }  // namespace
 
@@ -75,18 +78,30 @@ checkpoint::Metadata Trainer::checkpoint_metadata() const {
 
 // ---- resuming ----------------------------------------------------------------------------
 
+// Before the first step, so that a directory the run cannot write fails in seconds instead of
+// at the first save: every rank writes its shards into checkpoint.dir, rank 0 its metrics.
+void Trainer::check_output_dirs() {
+  if (!spec_.checkpoint.dir.empty()) checkpoint::probe_writable("checkpoint.dir", spec_.checkpoint.dir);
+  if (is_logging_rank() && !spec_.log.dir.empty()) checkpoint::probe_writable("log.dir", spec_.log.dir);
+}
+
 // Before the data opens: removes what crashed saves left, and finds the checkpoint to resume
 // from (checkpoint.dir's latest, else checkpoint.load), whose data position the data needs.
 void Trainer::find_checkpoint() {
   const auto& c = spec_.checkpoint;
   const bool rank0 = !comm_ || comm_->rank() == 0;
+  bool from_dir = false;
   if (!c.dir.empty()) {
     checkpoint::CheckpointDir dir(c.dir);
-    if (rank0)
+    if (rank0) {
+      dir_lock_ = std::make_unique<checkpoint::DirLock>(c.dir);  // before anything in it changes
       for (const auto& left : dir.remove_leftovers())
         log::info("checkpoint: removed ", c.dir, "/", left, ", left by a save that did not finish");
+      settle_checkpoint_dir(dir);
+    }
     if (comm_) comm_->world()->barrier();  // the others look only once rank 0 has cleaned up
     if (const auto latest = dir.latest()) resume_from_ = dir.iteration_path(*latest);
+    from_dir = !resume_from_.empty();
     checkpoint::SaverOptions o;
     o.dir = c.dir;
     o.keep = c.keep;
@@ -94,15 +109,62 @@ void Trainer::find_checkpoint() {
     if (const char* slow = std::getenv("ME_TEST_CHECKPOINT_SLOW_MS")) o.slow_ms = std::atoi(slow);
     saver_ = std::make_unique<checkpoint::CheckpointSaver>(o, comm_.get());
   }
-  if (resume_from_.empty() && c.load.rfind("hf:", 0) == 0) {  // Hugging Face weights, converted once
+  const bool from_hf = resume_from_.empty() && c.load.rfind("hf:", 0) == 0;
+  if (from_hf) {  // Hugging Face weights, converted once
     resume_from_ = hf::import_hf_for_run(c.load.substr(3), spec_.model, c.dir, rank0 ? 0 : comm_->rank(),
-                                                     comm_ ? comm_->world_size() : 1, [this] { comm_->world()->barrier(); });
+                                         comm_ ? comm_->world_size() : 1, [this] { comm_->world()->barrier(); });
   } else if (resume_from_.empty() && !c.load.empty()) {
-    resume_from_ = checkpoint::resolve_iteration_dir(c.load);
+    resume_from_ = c.iteration > 0 ? checkpoint::iteration_dir(c.load, c.iteration, "checkpoint.iteration")
+                                   : checkpoint::resolve_iteration_dir(c.load);
+    weights_only_ = c.weights_only;
   }
   if (resume_from_.empty()) return;
   const auto file = files::join(resume_from_, checkpoint::kMetadataFile);
-  resume_consumed_ = checkpoint::Metadata::parse(checkpoint::read_file(file), file).consumed_samples;
+  const auto m = checkpoint::Metadata::parse(checkpoint::read_file(file), file);
+  if (!from_hf) check_resume(m, from_dir);
+  resume_consumed_ = weights_only_ ? 0 : m.consumed_samples;
+}
+
+void Trainer::settle_checkpoint_dir(const checkpoint::CheckpointDir& dir) {
+  if (!dir.latest())
+    if (const auto note = dir.recover_tracker(); !note.empty()) log::warn("checkpoint: ", note);
+  if (spec_.checkpoint.iteration > 0)
+    if (const auto note = dir.rewind(spec_.checkpoint.iteration); !note.empty()) log::warn("checkpoint: ", note);
+}
+
+namespace {
+std::string lines(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += "\n  " + i;
+  return out;
+}
+}  // namespace
+
+void Trainer::check_resume(const checkpoint::Metadata& m, bool from_dir) {
+  const auto& c = spec_.checkpoint;
+  const auto saved = checkpoint::recipe_from_json(m.recipe_json, files::join(resume_from_, checkpoint::kMetadataFile));
+  const auto diffs = model_differences(spec_.model, saved.model);
+  if (!diffs.empty() && from_dir)
+    fail("checkpoint.dir '", c.dir, "' holds a checkpoint of another model (", resume_from_, "):", lines(diffs),
+         "\nset those model fields to the checkpoint's values to resume it; for a new model use a new checkpoint.dir ",
+         "(checkpoint.load=", c.dir, " checkpoint.weights_only=true starts it from these weights)");
+  if (!diffs.empty() && !weights_only_)
+    fail("checkpoint.load '", c.load, "' is a checkpoint of another model (", resume_from_, "):", lines(diffs),
+         "\nset those model fields to the checkpoint's values, or checkpoint.weights_only=true to start from its ",
+         "weights deliberately (a fresh optimizer at iteration 0)");
+  if (!diffs.empty() && is_logging_rank())
+    log::warn("checkpoint.weights_only: ", resume_from_, " is of another model; its weights are loaded where the ",
+              "shapes fit:", lines(diffs));
+  if (weights_only_) return;  // iteration 0: the recipe's own schedule
+  const auto then = saved_schedule(saved, m.layout.dp);
+  const auto changed = schedule_differences(lr_schedule_, then);
+  if (changed.empty()) return;
+  if (!c.override_schedule) lr_schedule_ = then;
+  if (is_logging_rank())
+    log::warn("the learning-rate schedule differs from the one of the checkpoint's run:", lines(changed),
+              c.override_schedule ? "\nfollowing the recipe's (checkpoint.override_schedule = true): the rate may jump here"
+                                  : "\nkeeping the checkpoint's, so that the rate does not jump at the resume; set "
+                                    "checkpoint.override_schedule=true to follow the recipe's");
 }
 
 void Trainer::resume() {
@@ -110,10 +172,14 @@ void Trainer::resume() {
   const auto t0 = std::chrono::steady_clock::now();
   checkpoint::CheckpointReader reader(resume_from_);
   load_state(reader);
+  hf::release_temp_conversion(resume_from_);  // an hf: conversion is not needed once loaded
   if (device_.is_cuda()) compat::cuda_synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto& l = reader.metadata().layout;
-  if (is_logging_rank())
+  if (weights_only_ && is_logging_rank())
+    log::info("started from the weights of ", resume_from_, " (checkpoint.weights_only): iteration 0, a fresh ",
+              "optimizer, the data from its start; loaded in ", human::number(seconds), " s");
+  else if (is_logging_rank())
     log::info("resumed from ", resume_from_, " (saved at tp ", l.tp, " x pp ", l.pp, " x dp ", l.dp,
               l.distributed_optimizer ? " with the distributed optimizer" : "", "): iteration ", iteration_,
               ", consumed samples ", consumed_samples(), "; loaded in ", human::number(seconds), " s");
@@ -132,8 +198,8 @@ bool holds_optimizer_state(const checkpoint::Metadata& m) {
 
 void Trainer::load_state(checkpoint::CheckpointReader& reader) {
   const auto& m = reader.metadata();
-  const bool fresh_optimizer = !holds_optimizer_state(m);
-  if (fresh_optimizer && is_logging_rank())
+  const bool fresh_optimizer = weights_only_ || !holds_optimizer_state(m);
+  if (fresh_optimizer && !weights_only_ && is_logging_rank())
     log::info(reader.path(), " holds weights only: the optimizer starts afresh from them");
   for (const auto& t : state_tensors()) {
     const std::string kind = t.name.substr(0, t.name.find('.')), rest = t.name.substr(t.name.find('.') + 1);
@@ -146,11 +212,12 @@ void Trainer::load_state(checkpoint::CheckpointReader& reader) {
     // where an fp32 run saved no separate ones.
     if (kind == "model" && t.tensor.scalar_type() == torch::kFloat && reader.has("master." + rest)) source = "master." + rest;
     if (kind == "master" && !reader.has(t.name)) source = "model." + rest;
-    if (kind == "rng" && !reader.has(t.name)) continue;  // saved without a GPU, say
+    if (kind == "rng" && (weights_only_ || !reader.has(t.name))) continue;  // saved without a GPU, say
     reader.load(t, source);
     if (t.name == "rng.cpu") compat::set_cpu_rng_state(t.tensor);
     if (t.name == "rng.cuda") compat::set_cuda_rng_state(t.tensor);
   }
+  if (weights_only_) return;  // a new run from these weights
   iteration_ = m.iteration;
   skipped_ = m.skipped;
   nan_ = m.nan;
@@ -198,13 +265,15 @@ int Trainer::after_step(Summary& s) {
   if (saver_ && (on_interval || (stop && spec_.checkpoint.save_on_exit))) save_checkpoint();
   if (!stop) return -1;
   if (saver_) saver_->finish();
-  const bool saved = saver_ && last_saved_ == iteration_;
+  const bool saved = saver_ && saver_->committed_iteration() == iteration_;
+  const bool lost = saver_ && saver_->attempted_iteration() == iteration_ && !saved;
   s.stopped = sig               ? cat(signal_label(sig), " at iteration ", iteration_)
               : stop_non_finite_ ? cat(consecutive_nan_, " steps in a row with a non-finite gradient at iteration ", iteration_)
                                  : cat("train.exit_interval at iteration ", iteration_);
   if (is_logging_rank())
     log::info("stopping: ", s.stopped, saved ? "; a checkpoint of it was saved" : "; nothing was saved",
-              sig && !saved ? " (set checkpoint.dir to save on a signal)" : "");
+              sig && !saver_ ? " (set checkpoint.dir to save on a signal)" : "");
+  if (lost) return final_save_status();
   if (stop_non_finite_) {
     if (is_logging_rank())
       log::error("training stopped: ", s.stopped, " (train.nan_policy = \"stop\"). What usually helps: a lower ",
@@ -220,6 +289,20 @@ void Trainer::finish_checkpoints() {
   if (!saver_) return;
   if (spec_.checkpoint.save_on_exit && last_saved_ != iteration_) save_checkpoint();
   saver_->finish();
+}
+
+int Trainer::final_save_status() {
+  if (!saver_ || saver_->attempted_iteration() != iteration_ || saver_->committed_iteration() == iteration_) return kExitOk;
+  const auto latest = checkpoint::CheckpointDir(spec_.checkpoint.dir).committed();
+  if (is_logging_rank())
+    log::error("the final checkpoint, iteration ", iteration_, ", was NOT saved to ", spec_.checkpoint.dir, ": ",
+               saver_->failure(), ". ",
+               saver_->committed_iteration() >= 0
+                   ? cat("The latest saved by this run is iteration ", saver_->committed_iteration())
+                   : std::string("This run saved no checkpoint"),
+               " (", spec_.checkpoint.dir, " holds iterations ", checkpoint::iteration_list(latest),
+               "): the work since then is lost. Free space or fix the directory, then run again to resume");
+  return kExitError;
 }
 
 }  // namespace me::train
