@@ -4,8 +4,6 @@ extern "C" {
 #include <lauxlib.h>
 #include <lua.h>
 }
-#include <setjmp.h>
-#include <signal.h>
 #include <unistd.h>
 #if ME_HAVE_EDITLINE
 #include <editline/readline.h>
@@ -68,44 +66,6 @@ void setup_completion(lua_State* L) {
   rl_completion_append_character = '\0';  // "me.model" stays open for "." or ":"
 }
 #endif
-
-// A line from the prompt, or why there is none.
-struct Read {
-  enum { line, eof, interrupted } what;
-  std::string text;
-};
-
-#if ME_HAVE_EDITLINE
-sigjmp_buf prompt_jump;
-void on_prompt_interrupt(int) { siglongjmp(prompt_jump, 1); }
-#endif
-
-// readline(prompt), where Ctrl-C (SIGINT) drops the line being typed and gives a new prompt, as
-// a shell does, instead of ending the session. Only while the prompt waits: Ctrl-C during a
-// statement acts as it would without the REPL (the handler in place before is restored).
-Read read_line(const char* prompt) {
-#if ME_HAVE_EDITLINE
-  // static: read again after siglongjmp, which would not keep a changed local
-  static struct sigaction jump {}, before {};
-  jump.sa_handler = on_prompt_interrupt;
-  sigemptyset(&jump.sa_mask);
-  if (sigsetjmp(prompt_jump, 1) != 0) {  // back from the handler: the signal mask is restored
-    sigaction(SIGINT, &before, nullptr);
-    std::printf("\n");
-    std::fflush(stdout);
-    return {Read::interrupted, ""};
-  }
-  sigaction(SIGINT, &jump, &before);
-  char* raw = readline(prompt);
-  sigaction(SIGINT, &before, nullptr);
-#else
-  char* raw = readline(prompt);  // piped lines: no terminal, no Ctrl-C to catch
-#endif
-  if (!raw) return {Read::eof, ""};
-  std::string text = raw;
-  std::free(raw);
-  return {Read::line, std::move(text)};
-}
 
 // ME_HISTORY (empty: none), else ~/.megaengine_history; none when stdin is not a terminal (piped lines are
 // a script, not something to recall).
@@ -177,31 +137,27 @@ void run_repl(lua_State* L) {
   if (!hist.empty()) read_history(hist.c_str());
   setup_completion(L);
   std::printf("megaengine %s REPL (Lua 5.4). `me` is require \"megaengine\"; an expression prints its value;\n"
-              "help() explains, help(me.model.gpt) lists fields; Tab completes; Ctrl-C drops the line; Ctrl-D exits.\n",
+              "help() explains, help(me.model.gpt) lists fields; Tab completes; Ctrl-D exits.\n",
               ME_VERSION);
   std::fflush(stdout);
   define_globals(L);
 
   for (;;) {
-    const Read first = read_line("me> ");
-    if (first.what == Read::eof) break;
-    std::string line = first.text;
+    char* raw = readline("me> ");
+    if (!raw) break;
+    std::string line = raw;
+    std::free(raw);
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const int base = lua_gettop(L);
     int status = compile(L, line);
-    bool dropped = false;
     while (incomplete(L, status)) {  // multi-line statement
       lua_pop(L, 1);
-      const Read more = read_line(">> ");
-      if (more.what == Read::eof) break;
-      if ((dropped = more.what == Read::interrupted)) break;  // Ctrl-C: the statement is abandoned
+      char* more = readline(">> ");
+      if (!more) break;
       line += "\n";
-      line += more.text;
+      line += more;
+      std::free(more);
       status = luaL_loadbuffer(L, line.c_str(), line.size(), "=stdin");
-    }
-    if (dropped) {
-      lua_settop(L, base);
-      continue;
     }
     add_history(line.c_str());
     if (!hist.empty()) write_history(hist.c_str());  // now, so a session that dies keeps its lines

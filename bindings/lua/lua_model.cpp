@@ -55,7 +55,7 @@ int build_model(lua_State* L) {
       tp.group = m.group.get();
     }
     lua_pop(L, 1);
-  } else if (!lua_isnone(L, 2)) {
+  } else if (!lua_isnoneornil(L, 2)) {  // :build() passes nil: seed 0, as documented
     arg_error(L, 2, "seed (integer) or build options table");
   }
   m.module = model::Transformer(cfg, tp, model::PipelineStage{}, /*initialize=*/false);
