@@ -155,7 +155,8 @@ void Trainer::check_resume(const checkpoint::Metadata& m, bool from_dir) {
   if (!diffs.empty() && is_logging_rank())
     log::warn("checkpoint.weights_only: ", resume_from_, " is of another model; its weights are loaded where the ",
               "shapes fit:", lines(diffs));
-  if (weights_only_) return;  // iteration 0: the recipe's own schedule
+  // Weights alone (weights_only, or an import: no schedule of its own) start the recipe's schedule.
+  if (weights_only_ || m.iteration == 0 || saved.schedule.kind.empty()) return;
   const auto then = saved_schedule(saved, m.layout.dp);
   const auto changed = schedule_differences(lr_schedule_, then);
   if (changed.empty()) return;
