@@ -10,8 +10,8 @@ namespace {
 
 bool applied = false;
 
-// name=value, set here unless the environment has it; "name=value" as in force, and whether it
-// was ours.
+// Sets name=value unless the environment already has a value; returns "name=value" as in force,
+// marked "(from the environment)" when it was not ours.
 std::string fix_env(const char* name, const char* value) {
   const char* had = std::getenv(name);
   if (had && *had) return cat(name, "=", had, " (from the environment)");
