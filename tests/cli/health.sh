@@ -5,8 +5,10 @@
 #    stages: step 5 is skipped and counted, the warning names the parameter and rank 1.
 # 2. Under nan_policy = stop with max_consecutive_nan = 1 and a checkpoint.dir: the run saves
 #    iteration 5 and exits 65 (kExitNonFinite) saying what to try.
-# 3. ME_TEST_SLOW_RANK=3:60 in a --nproc 4 run: rank 3 is named a straggler within two log
-#    intervals.
+# 3. ME_TEST_SLOW_RANK=3:500 in a --nproc 4 run: rank 3 is named a straggler within two log
+#    intervals. The sleep is several times a step's compute even on a loaded 2-core machine
+#    (4 ranks sharing 2 cores take ~100-200 ms a step); at 60 ms, CI once saw the other ranks'
+#    contended compute outweigh rank 3's sleep plus its uncontended compute.
 set -euo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +37,7 @@ grep -q "training stopped: 1 steps in a row with a non-finite gradient at iterat
 echo "ok nan stop: exit 65, iteration 5 saved"
 
 rc=0
-ME_TEST_SLOW_RANK=3:60 timeout 180 "$bin" --nproc 4 "$script" train.log_interval=4 train.iters=8 > "$tmp/slow.log" 2>&1 || rc=$?
+ME_TEST_SLOW_RANK=3:500 timeout 180 "$bin" --nproc 4 "$script" train.log_interval=4 train.iters=8 > "$tmp/slow.log" 2>&1 || rc=$?
 [ "$rc" -eq 0 ] || fail "straggler: exit $rc" "$tmp/slow.log"
 grep -q "straggler: rank 3 (" "$tmp/slow.log" || fail "straggler: rank 3 not named within two log intervals" "$tmp/slow.log"
 echo "ok straggler: $(grep -o 'straggler: rank 3 ([^)]*) takes [0-9.]* ms of its own per step, [0-9.]*x the median' "$tmp/slow.log" | head -1)"
