@@ -4,9 +4,12 @@
 # 1. Exact resume, for one process, tp=2 x dp=2 with the distributed optimizer and pp=2 x dp=2:
 #    20 steps uninterrupted; separately 10 steps (train.exit_interval saves and stops), then a new
 #    run that resumes and trains to 20. Steps 11-20 print identical losses.
-# 2. Resharding: saved at iteration 10 in one layout, loaded in another; the next 5 steps'
-#    losses match the original layout's own continuation within 1e-5 relative:
+# 2. Resharding: saved at iteration 10 in one layout (checkpoint.interval, the run going on to
+#    15), loaded in another; the next 5 steps' losses match the original layout's own
+#    continuation, that same run's steps 11-15, within 1e-5 relative:
 #    tp=2 x pp=2 x dp=2 (distributed optimizer) -> one process, the reverse, dp=2 -> dp=4.
+#    (Saving at the interval and going on must leave the run as it was: a save that changed the
+#    state would show here as a difference. Saving on exit at train.exit_interval is part 1's.)
 # Usage: checkpoint_resume.sh MEGAENGINE [exact|reshard|all]
 set -euo pipefail
 bin=$1
@@ -51,9 +54,10 @@ exact() {  # name nproc overrides...
 reshard() {  # name from_nproc "from overrides" to_nproc "to overrides"
   local name=$1 from_n=$2 from=$3 to_n=$4 to=$5
   # shellcheck disable=SC2086  # the override lists are word lists
-  run "${name}_continue" "$from_n" $from train.exit_interval=15
-  # shellcheck disable=SC2086
-  run "${name}_save" "$from_n" $from checkpoint.dir="$tmp/$name" train.exit_interval=10
+  run "${name}_continue" "$from_n" $from checkpoint.dir="$tmp/$name" checkpoint.interval=10 \
+    train.exit_interval=15 checkpoint.save_on_exit=false
+  [ -d "$tmp/$name/iter_0000010" ] && [ ! -e "$tmp/$name/iter_0000015" ] ||
+    { echo "FAILED: $name: expected one checkpoint, iter_0000010, in $tmp/$name:"; ls "$tmp/$name"; exit 1; }
   # shellcheck disable=SC2086
   run "${name}_load" "$to_n" $to checkpoint.dir="$tmp/$name" train.exit_interval=15 checkpoint.save_on_exit=false
   expect_resumed "${name}_load" "$tmp/$name" 10
