@@ -19,7 +19,11 @@ trap 'rm -rf "$DATA_PATH"' EXIT
 case $which in
   gpt39b)
     mkdir -p "$DATA_PATH/gpt2"
-    for ext in bin idx; do ln -s "$assets/moby-dick_gpt2_text_document.$ext" "$DATA_PATH/gpt2/my-gpt2_text_document.$ext"; done
+    # tokenized here (a second), not linked from the assets: on a fresh clone those exist only
+    # once a gpt_tiny run has made them, and CTest may start this test first
+    "$bin" preprocess --input "$assets/moby-dick.txt" --input-format text --output-prefix "$DATA_PATH/gpt2/my-gpt2" \
+      --tokenizer gpt2 --vocab-file "$assets/gpt2-encoder.json" --merge-file "$assets/gpt2-vocab.bpe" --append-eod \
+      --no-progress > "$DATA_PATH/preprocess.log" 2>&1 || { cat "$DATA_PATH/preprocess.log"; exit 1; }
     ln -s "$assets/gpt2-encoder.json" "$DATA_PATH/gpt2/gpt2-vocab.json"
     ln -s "$assets/gpt2-vocab.bpe" "$DATA_PATH/gpt2/gpt2-merges.txt"
     shrink=(model.layers=4 model.hidden=64 model.heads=4 model.seq=64)

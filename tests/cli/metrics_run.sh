@@ -8,7 +8,13 @@ set -euo pipefail
 bin=$1 dump=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$bin" recipes/gpt_tiny.lua train.iters=12 train.log_interval=4 train.eval_interval=8 train.eval_iters=1 \
+# the assets copied, so the preprocessed .bin/.idx land in $tmp and never race with
+# lua.train_loss's on assets/ (a fresh clone has none; CTest may run both at once)
+assets=${ME_ASSET_DIR:-assets}
+for f in moby-dick.txt gpt2-encoder.json gpt2-vocab.bpe; do
+  cp "$assets/$f" "$tmp/" || { echo "FAILED: asset $f missing (run scripts/fetch_assets.sh)"; exit 1; }
+done
+ME_ASSET_DIR=$tmp "$bin" recipes/gpt_tiny.lua train.iters=12 train.log_interval=4 train.eval_interval=8 train.eval_iters=1 \
   schedule.warmup_iters=2 sample.tokens=0 log.dir="$tmp/logs" > "$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; exit 1; }
 events=("$tmp"/logs/tensorboard/events.out.tfevents.*)
 [ -f "${events[0]}" ] || { echo "FAILED: no event file under $tmp/logs/tensorboard"; exit 1; }
