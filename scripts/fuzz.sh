@@ -8,6 +8,8 @@
 # input that triggers it is named; rerun it with: FUZZ_BUILD_DIR/fuzz_TARGET THAT_FILE).
 #   scripts/fuzz.sh list           prints the targets
 #   scripts/fuzz.sh build          only builds
+#   scripts/fuzz.sh TARGET ci      CTest's run: FUZZ_SECONDS (default 12) seconds; the longer run
+#                                  is FUZZ_SECONDS=30 ctest -R fuzz, or any SECONDS given here
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$repo/build-fuzz}
@@ -31,6 +33,8 @@ if ! grep -qx "$target" <<<"$targets"; then
   exit 2
 fi
 seconds=${2:?usage: scripts/fuzz.sh TARGET SECONDS}
+[ "$seconds" = ci ] && seconds=${FUZZ_SECONDS:-12}
+[[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: SECONDS must be a positive integer, got '$seconds'" >&2; exit 2; }
 shift 2
 cmake --build "$build" --target "fuzz_$target" -j "${JOBS:-2}" >/dev/null
 corpus=$build/corpus/$target crashes=$build/crashes/$target
