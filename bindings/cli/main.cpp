@@ -13,6 +13,7 @@
 #include "bindings/cli/checkpoint_cli.h"
 #include "bindings/cli/doctor.h"
 #include "bindings/cli/hf_cli.h"
+#include "bindings/cli/plan_cli.h"
 #include "bindings/lua/lua_host.h"
 #include "engine/launch/launcher.h"
 #include "bindings/cli/repl.h"
@@ -33,10 +34,11 @@ const char* kUsage =
     "                                         e.g. train.iters=50 optimizer.lr=3e-4 device=cuda\n"
     "  megaengine -i recipe.lua [key=value]   run it, then stay in the REPL with recipe, trainer, summary\n"
     "  megaengine -e 'lua code'               run a chunk with `me` defined (may repeat; runs before any recipe)\n"
-    "  megaengine --dry-run recipe.lua ... [--world N] [--gpu-memory 80GB] [--gpus-per-node 8]\n"
+    "  megaengine --dry-run recipe.lua ... [--world N] [--gpu-memory 80GB] [--gpus-per-node 8] [--gpu h100-80gb]\n"
     "                                         print the resolved recipe, the layout of N GPUs (tp/pp/dp groups\n"
-    "                                         and their nodes), parameter counts and the memory per GPU with a\n"
-    "                                         verdict; nothing is allocated and no data is read (ME_DRY_RUN=1\n"
+    "                                         and their nodes), parameter counts, the memory per GPU with a\n"
+    "                                         verdict and the estimated step time (--gpu's profile); nothing is\n"
+    "                                         allocated and no data is read (ME_DRY_RUN=1\n"
     "                                         is set for the recipe, so it can skip what needs data paths)\n"
     "  megaengine --fields [section]          every recipe field with its type, default and help\n"
     "  megaengine --nproc N recipe.lua ...    start N ranks on this machine (RANK, WORLD_SIZE, MASTER_* set,\n"
@@ -47,6 +49,9 @@ const char* kUsage =
     "  megaengine checkpoint inspect DIR [--verify]   what a checkpoint holds (and its checksums verified)\n"
     "  megaengine export CKPT --format hf --out DIR   a checkpoint as a Hugging Face transformers model\n"
     "  megaengine import HF_DIR --out CKPT_DIR        a transformers model (LLaMA, GPT-2) as a checkpoint\n"
+    "  megaengine plan recipe.lua --nodes N [--gpus-per-node 8] [--gpu h100-80gb]\n"
+    "                                         every layout ranked by estimated step time and memory (--help);\n"
+    "                                         --plan before a recipe trains with the best (parallel = \"auto\")\n"
     "  megaengine                             open the REPL\n"
     "  megaengine --help | --version\n"
     "\n"
@@ -101,6 +106,7 @@ const Subcommand kSubcommands[] = {
     {"checkpoint", me::lua::checkpoint_main},
     {"export", me::lua::export_main},
     {"import", me::lua::import_main},
+    {"plan", me::lua::plan_main},
 };
 
 const Subcommand* find_subcommand(const std::string& name) {
@@ -146,7 +152,7 @@ int main(int argc, char** argv) {
   int nproc = 0;
   std::string recipe;
   std::vector<std::string> rest;
-  bool interactive = false, dry_run = false;
+  bool interactive = false, dry_run = false, plan_layout = false;
   me::lua::RunFileOptions file_options;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -158,6 +164,11 @@ int main(int argc, char** argv) {
       ++i;
       continue;
     }
+    if (a == "--gpu" || a == "--profile") {  // the dry run's step-time estimate (megaengine plan --help)
+      if (i + 1 >= argc) return usage(a + " needs a value, e.g. --gpu h200-141gb");
+      (a == "--gpu" ? file_options.gpu : file_options.profile) = argv[++i];
+      continue;
+    }
     if (a == "--gpu-memory") {
       if (i + 1 >= argc) return usage("--gpu-memory needs a size, e.g. --gpu-memory 80GB");
       file_options.gpu_memory = argv[++i];
@@ -166,6 +177,10 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         return usage(e.what());
       }
+      continue;
+    }
+    if (a == "--plan") {  // parallel = "auto": the planner's best layout for the job's GPUs
+      plan_layout = true;
       continue;
     }
     if (!recipe.empty()) {
@@ -187,6 +202,7 @@ int main(int argc, char** argv) {
       interactive = true;
     } else if (a == "--dry-run") {
       dry_run = true;
+
     } else if (a == "--fields") {  // the recipe field reference, from bindings/lua/fields.lua
       me::lua::LuaHost host;
       std::string error;
@@ -211,8 +227,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (!dry_run && (file_options.world > 0 || !file_options.gpu_memory.empty()))
-    return usage("--world and --gpu-memory describe the cluster for --dry-run; to train on N ranks use --nproc N "
+  if (plan_layout) {
+    if (recipe.empty()) return usage("--plan needs a recipe: megaengine --plan recipe.lua (or parallel = \"auto\" in it)");
+    rest.push_back("parallel.auto=true");
+  }
+  if (!dry_run && (file_options.world > 0 || !file_options.gpu_memory.empty() || !file_options.gpu.empty() ||
+                   !file_options.profile.empty()))
+    return usage("--world and --gpu-memory describe the cluster for --dry-run (as do --gpu and --profile); to train on N ranks use --nproc N "
                "(or srun)");
   if (nproc > 0) {
     try {

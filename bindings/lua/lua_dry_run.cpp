@@ -6,6 +6,10 @@
 #include "bindings/lua/lua_util.h"
 #include "bindings/lua/modules.h"
 #include "engine/plan/memory_report.h"
+#include "engine/plan/step_time.h"
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace me::lua {
 namespace {
@@ -26,6 +30,25 @@ std::string steps_line(const config::Recipe& spec, int world) {
              ", rounded up; train.iters is not used)");
   return s + cat(", global batch ", p.global, " = micro ", spec.batch.micro, " x ", dp, " data-parallel rank",
                  dp == 1 ? "" : "s", " x ", p.accumulation, " accumulation step", p.accumulation == 1 ? "" : "s", "\n");
+}
+
+// The planner's estimate for this layout (engine/plan/step_time.h), to set beside the run's
+// "elapsed time per iteration": --gpu NAME / --profile FILE, else ME_PLAN_GPU, else H100.
+std::string step_time_line(lua_State* L, const config::Recipe& spec, const plan::DryRunOptions& o) {
+  std::string file, gpu;
+  if (lua_istable(L, 2)) {
+    file = field_string(L, 2, "profile", "--profile", std::string());
+    gpu = field_string(L, 2, "gpu", "--gpu", std::string());
+  }
+  const char* env = std::getenv("ME_PLAN_GPU");
+  if (gpu.empty()) gpu = env && *env ? env : "h100-80gb";
+  const auto profile = file.empty() ? plan::builtin_profile(gpu) : plan::load_profile_file(file);
+  const auto t = plan::estimate_step_time(plan::memory_plan(spec, o.world), profile, o.gpus_per_node);
+  char head[160];
+  std::snprintf(head, sizeof head, "estimated step time on %s: %.3f s, %.0f tokens/s, MFU %.1f%%", profile.name.c_str(),
+                t.total / 1e3, t.tokens_per_s, 100 * t.mfu);
+  return cat(head, " (", profile.source.substr(0, profile.source.find(',')), "; megaengine plan ranks the other layouts)\n  ",
+             plan::describe_terms(t), "\n");
 }
 
 // core.dry_run(recipe, opts) -> the report (a string)
@@ -49,7 +72,8 @@ int dry_run(lua_State* L) {
                      " (one data-parallel replica); --world N for the cluster's GPUs\n");
   }
   auto report = plan::dry_run_report(spec, o);  // checks the world against the layout first
-  report = world_note + steps_line(spec, o.world) + report;
+  if (!report.empty() && report.back() != '\n') report += '\n';
+  report = world_note + steps_line(spec, o.world) + report + step_time_line(L, spec, o);
   lua_pushlstring(L, report.data(), report.size());
   return 1;
 }

@@ -60,6 +60,7 @@ int open_megaengine(lua_State* L) {
   open_data(L, core);
   open_parallel(L, core);
   open_dry_run(L, core);
+  open_plan(L, core);
   open_hf(L, core);
   load_embedded(L, "megaengine");
   lua_pushvalue(L, core);
@@ -139,6 +140,19 @@ bool LuaHost::run_file(const std::string& path, const std::vector<std::string>& 
     lua_pushstring(L_, options.gpu_memory.c_str());
     lua_setfield(L_, -2, "gpu_memory");
   }
+  lua_pushboolean(L_, options.plan);
+  lua_setfield(L_, -2, "plan");
+  if (options.plan) {
+    lua_pushinteger(L_, options.nodes);
+    lua_setfield(L_, -2, "nodes");
+    lua_pushinteger(L_, options.top);
+    lua_setfield(L_, -2, "top");
+  }
+  for (const auto& [key, value] : {std::pair{"gpu", &options.gpu}, std::pair{"profile", &options.profile}})
+    if (!value->empty()) {
+      lua_pushstring(L_, value->c_str());
+      lua_setfield(L_, -2, key);
+    }
   if (!call(L_, 3, 3, error)) {
     lua_settop(L_, top);
     return false;

@@ -14,7 +14,13 @@ struct RunFileOptions {
   bool interactive = false;  // -i: leave recipe, trainer, summary for the REPL
   int world = 0;             // --world N: the dry run's GPUs (0: tp x pp)
   int gpus_per_node = 8;     // --gpus-per-node
-  std::string gpu_memory;    // --gpu-memory (empty: 80GB)
+  std::string gpu_memory;    // --gpu-memory (empty: 80GB; `plan`: the profile's)
+  // `megaengine plan`: rank the layouts of `nodes` x gpus_per_node GPUs of profile `gpu` (or
+  // the file `profile`), print the best `top`; nothing trains. `gpu` and `profile` also serve
+  // a dry run of parallel = "auto".
+  bool plan = false;
+  int nodes = 1, top = 5;
+  std::string gpu, profile;
 };
 
 class LuaHost {

@@ -298,6 +298,7 @@ for _, name in ipairs(section_names) do recipe_defaults[name] = fields.defaults(
 
 function me.recipe(t)
   check_fields(t, recipe_defaults, "recipe", 2)
+  if t.parallel == "auto" then t.parallel = { auto = true } end  -- the planner chooses the layout at start
   for _, name in ipairs(section_names) do
     if t[name] ~= nil then check_fields(t[name], recipe_defaults[name], "recipe." .. name, 2) end
   end
@@ -409,9 +410,28 @@ function me.apply_overrides(recipe, list)
   return recipe
 end
 
+-- parallel.auto: the layout planner's best layout (engine/plan/layout_search.h) for the GPUs
+-- `where` describes ({} in a run: the job's ranks; the dry run: {world=, gpus_per_node=}),
+-- written into the recipe before anything reads its layout. Rank 0 logs the choice.
+local function resolve_auto_layout(recipe, where)
+  local c = core.plan_layout(recipe, where)
+  local p = recipe.parallel
+  p.tp, p.pp, p.sequence_parallel, p.distributed_optimizer = c.tp, c.pp, c.sequence_parallel, c.distributed_optimizer
+  p.pp_first_layers, p.pp_last_layers = 0, 0
+  recipe.model.recompute = c.recompute
+  if c.recompute == "full" then recipe.model.recompute_every = 1 end
+  recipe.batch.micro, recipe.batch.global = c.micro, c.global
+  if (tonumber(os.getenv "RANK") or 0) == 0 then
+    print(("parallel.auto: %s on %d node%s x %d GPUs (profile %s: estimated step %.2f s, %.1f GB per GPU; megaengine plan shows the ranking)")
+      :format(c.description, c.nodes, c.nodes == 1 and "" or "s", c.gpus_per_node, c.profile, c.step_s, c.memory_gb))
+  end
+  return c
+end
+
 function me.trainer(recipe)
   if not me.is_recipe(recipe) then recipe = me.recipe(recipe) end
   unused_recipes[recipe] = nil
+  if recipe.parallel.auto then resolve_auto_layout(recipe, {}) end
   return core.trainer(recipe)
 end
 
@@ -492,6 +512,16 @@ function me._run_file(path, args, opts)
   end
   local recipe = me.is_recipe(result) and result or me.recipe(result)
   me.apply_overrides(recipe, overrides)
+  if opts.plan then
+    -- `megaengine plan`: every layout ranked (bindings/lua/lua_plan.cpp); nothing runs.
+    print(core.plan(recipe, opts))
+    return recipe
+  end
+  if opts.dry_run and recipe.parallel.auto then
+    opts.world = opts.world or opts.gpus_per_node
+    resolve_auto_layout(recipe, { world = opts.world or opts.gpus_per_node, gpus_per_node = opts.gpus_per_node,
+                                  gpu_memory = opts.gpu_memory, gpu = opts.gpu, profile = opts.profile })
+  end
   if opts.dry_run then
     -- The run's checks, then the layout of opts.world GPUs, the iterations, parameters per
     -- stage, memory per GPU and the verdict (bindings/lua/lua_dry_run.cpp): shapes only, no weights, no

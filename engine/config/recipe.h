@@ -118,6 +118,11 @@ struct ParallelSpec {
   // windows) for the overlapped sequence-parallel all-gathers to fill in place (NCCL's symmetric
   // kernels; the copy engines with comm.nccl_cta_policy = "zero"); 0: ordinary memory.
   double tp_symmetric_mb{};
+  // `parallel = "auto"`: tp, pp, sequence parallelism, recompute, the micro batch and the
+  // distributed optimizer chosen by the layout planner for the job's GPUs at start
+  // (engine/plan/layout_search.h; bindings/lua/megaengine.lua writes the choice into the
+  // recipe before anything reads it).
+  bool auto_layout{};
 
   void check() const;  // this section's own fields (Recipe::check: those tied to others)
 };
@@ -249,6 +254,7 @@ void visit_fields(S& p, V&& v) {
   v("symmetric_buffers", p.symmetric_buffers);
   v("grad_reduce_dtype", p.grad_reduce_dtype);
   v("tp_symmetric_mb", p.tp_symmetric_mb);
+  v("auto", p.auto_layout);
 }
 
 template <class S, class V, if_section<S, TrainSpec> = 0>

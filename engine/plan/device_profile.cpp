@@ -1,0 +1,188 @@
+#include "engine/plan/device_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/plan/embedded_profiles.h"
+
+namespace me::plan {
+
+using nlohmann::json;
+
+double Curve::at(double x) const {
+  ME_CHECK(!points.empty(), "a profile curve has no points");
+  if (x <= points.front().first) return points.front().second;
+  if (x >= points.back().first) return points.back().second;
+  for (size_t i = 1; i < points.size(); ++i) {
+    const auto& [x1, y1] = points[i];
+    if (x > x1) continue;
+    const auto& [x0, y0] = points[i - 1];
+    const double t = std::log(x / x0) / std::log(x1 / x0);
+    return y0 + t * (y1 - y0);
+  }
+  return points.back().second;
+}
+
+double DeviceProfile::tp_exposed_at(int tp) const {
+  if (tp <= 1 || tp_exposed.empty()) return 0;
+  Curve c;
+  for (const auto& [size, v] : tp_exposed) c.points.emplace_back(size, v);
+  return c.at(tp);
+}
+
+namespace {
+
+// Reads fields with errors that name the file and the field's path.
+struct Reader {
+  std::string what;
+
+  const json& member(const json& j, const std::string& path, const std::string& key) const {
+    ME_CHECK(j.is_object() && j.contains(key), what, ": missing field '", path.empty() ? key : path + "." + key,
+             "' (megaengine plan --calibrate writes a complete profile; profiles/h100-80gb.json is an example)");
+    return j.at(key);
+  }
+  double positive(const json& j, const std::string& path, const std::string& key) const {
+    const auto& v = member(j, path, key);
+    ME_CHECK(v.is_number() && v.get<double>() > 0, what, ": '", path.empty() ? key : path + "." + key,
+             "' must be a positive number, got ", v.dump());
+    return v.get<double>();
+  }
+  std::string text(const json& j, const std::string& key) const {
+    const auto& v = member(j, "", key);
+    ME_CHECK(v.is_string(), what, ": '", key, "' must be a string, got ", v.dump());
+    return v.get<std::string>();
+  }
+  Curve curve(const json& j, const std::string& path, const std::string& key) const {
+    const auto& v = member(j, path, key);
+    const std::string name = path.empty() ? key : path + "." + key;
+    ME_CHECK(v.is_array() && !v.empty(), what, ": '", name, "' must be a non-empty list of [x, value] pairs, got ",
+             v.dump());
+    Curve c;
+    for (const auto& p : v) {
+      ME_CHECK(p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number() && p[0].get<double>() > 0 &&
+                   p[1].get<double>() > 0,
+               what, ": each point of '", name, "' must be [x > 0, value > 0], got ", p.dump());
+      ME_CHECK(c.points.empty() || p[0].get<double>() > c.points.back().first, what, ": the points of '", name,
+               "' must be in ascending x, got ", p[0].get<double>(), " after ", c.points.back().first);
+      c.points.emplace_back(p[0].get<double>(), p[1].get<double>());
+    }
+    return c;
+  }
+  LinkProfile link(const json& j, const std::string& key) const {
+    const auto& l = member(j, "", key);
+    LinkProfile out;
+    out.all_gather = curve(l, key, "all_gather_gbps");
+    out.reduce_scatter = curve(l, key, "reduce_scatter_gbps");
+    out.all_reduce = curve(l, key, "all_reduce_gbps");
+    out.send_recv = curve(l, key, "send_recv_gbps");
+    out.latency_us = positive(l, key, "latency_us");
+    return out;
+  }
+};
+
+json curve_json(const Curve& c) {
+  json a = json::array();
+  for (const auto& [x, y] : c.points) a.push_back({x, y});
+  return a;
+}
+
+json link_json(const LinkProfile& l) {
+  return {{"all_gather_gbps", curve_json(l.all_gather)},
+          {"reduce_scatter_gbps", curve_json(l.reduce_scatter)},
+          {"all_reduce_gbps", curve_json(l.all_reduce)},
+          {"send_recv_gbps", curve_json(l.send_recv)},
+          {"latency_us", l.latency_us}};
+}
+
+}  // namespace
+
+DeviceProfile parse_profile(const std::string& json_text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    fail(what, ": not valid JSON (", e.what(), ")");
+  }
+  ME_CHECK(j.is_object(), what, ": a profile is a JSON object, got ", j.type_name());
+  const Reader r{what};
+  DeviceProfile p;
+  p.name = r.text(j, "name");
+  p.gpu = r.text(j, "gpu");
+  p.source = r.text(j, "source");
+  p.memory_bytes = r.positive(j, "", "memory_gb") * 1e9;
+  p.matmul_tflops = r.positive(j, "", "matmul_tflops");
+  p.gemm_efficiency = r.curve(j, "", "gemm_efficiency");
+  for (const auto& [x, e] : p.gemm_efficiency.points)
+    ME_CHECK(e <= 1.2, what, ": gemm_efficiency is a fraction of matmul_tflops, got ", e, " at dimension ", x);
+  p.gemm_launch_us = r.positive(j, "", "gemm_launch_us");
+  p.attention_tflops = r.curve(j, "", "attention_tflops");
+  p.memory_gbps = r.positive(j, "", "memory_gbps");
+  p.intra_node = r.link(j, "intra_node");
+  p.inter_node = r.link(j, "inter_node");
+  const auto& tp = r.member(j, "", "tp_exposed");
+  ME_CHECK(tp.is_object() && !tp.empty(), what, ": 'tp_exposed' must be an object such as {\"2\": 1.2, \"4\": 2.2}");
+  for (const auto& [k, v] : tp.items()) {
+    int size = 0;
+    try {
+      size = std::stoi(k);
+    } catch (const std::exception&) {
+    }
+    ME_CHECK(size >= 2 && v.is_number() && v.get<double>() >= 0, what, ": 'tp_exposed' maps a tp size >= 2 to a number >= 0, got \"",
+             k, "\": ", v.dump());
+    p.tp_exposed[size] = v.get<double>();
+  }
+  const auto& dp = r.member(j, "", "dp_exposed");
+  ME_CHECK(dp.is_number() && dp.get<double>() >= 0 && dp.get<double>() <= 2, what,
+           ": 'dp_exposed' must be a number between 0 and 2, got ", dp.dump());
+  p.dp_exposed = dp.get<double>();
+  return p;
+}
+
+DeviceProfile load_profile_file(const std::string& path) {
+  std::ifstream in(path);
+  ME_CHECK(in.good(), "cannot read the profile '", path, "': no such file or not readable (make one with megaengine plan --calibrate ",
+           path, " on the GPU machine, or use a built-in one: --gpu ", builtin_profile_names().front(), ")");
+  std::stringstream s;
+  s << in.rdbuf();
+  return parse_profile(s.str(), "profile " + path);
+}
+
+std::string profile_to_json(const DeviceProfile& p) {
+  json tp = json::object();
+  for (const auto& [size, v] : p.tp_exposed) tp[std::to_string(size)] = v;
+  const json j = {{"name", p.name},
+                  {"gpu", p.gpu},
+                  {"source", p.source},
+                  {"memory_gb", p.memory_bytes / 1e9},
+                  {"matmul_tflops", p.matmul_tflops},
+                  {"gemm_efficiency", curve_json(p.gemm_efficiency)},
+                  {"gemm_launch_us", p.gemm_launch_us},
+                  {"attention_tflops", curve_json(p.attention_tflops)},
+                  {"memory_gbps", p.memory_gbps},
+                  {"intra_node", link_json(p.intra_node)},
+                  {"inter_node", link_json(p.inter_node)},
+                  {"tp_exposed", tp},
+                  {"dp_exposed", p.dp_exposed}};
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::string> builtin_profile_names() {
+  std::vector<std::string> names;
+  for (const auto* e = kEmbeddedProfiles; e->name; ++e) names.emplace_back(e->name);
+  return names;
+}
+
+DeviceProfile builtin_profile(const std::string& name) {
+  std::string known;
+  for (const auto* e = kEmbeddedProfiles; e->name; ++e) {
+    if (name == e->name) return parse_profile(e->json, cat("built-in profile ", name, " (profiles/", name, ".json)"));
+    known += (known.empty() ? "" : ", ") + std::string(e->name);
+  }
+  fail("--gpu '", name, "' is not a known profile; built in: ", known, " (or --profile FILE from megaengine plan --calibrate)");
+}
+
+}  // namespace me::plan

@@ -1,0 +1,59 @@
+// What the layout planner knows about a GPU and its links: measured speeds, not guessed
+// constants. A profile is a JSON file (profiles/*.json, embedded in the binary at build time so
+// that a laptop can plan; `megaengine plan --profile FILE` reads another). Every curve is a list
+// of [x, value] points measured at those x and interpolated between them in log(x); outside its
+// range a curve keeps its end values. No LibTorch here.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace me::plan {
+
+// A measured quantity as a function of a size (bytes, a GEMM dimension, a sequence length).
+struct Curve {
+  std::vector<std::pair<double, double>> points;  // ascending x, x > 0
+  double at(double x) const;                      // interpolated in log(x), clamped at the ends
+};
+
+// Collective bus bandwidth (nccl-tests' busbw, GB/s) by message bytes over one kind of link.
+struct LinkProfile {
+  Curve all_gather, reduce_scatter, all_reduce, send_recv;
+  double latency_us = 0;  // added to every collective
+};
+
+struct DeviceProfile {
+  std::string name;    // "h100-80gb": what --gpu names
+  std::string gpu;     // the device name the measurements came from
+  std::string source;  // how and where it was measured (or what it was derived from)
+  double memory_bytes = 0;   // what one GPU offers the run (the dry run's --gpu-memory)
+  double matmul_tflops = 0;  // dense bf16 GEMM, 8192^3 (bench/matmul_peak.lua)
+  Curve gemm_efficiency;     // fraction of matmul_tflops by a GEMM's smallest dimension
+  double gemm_launch_us = 0; // per GEMM call, added to its FLOP time
+  Curve attention_tflops;    // causal fused attention, forward + backward, by sequence length
+  double memory_gbps = 0;    // elementwise kernels: bytes read + written per second
+  LinkProfile intra_node;    // NVLink (NVSwitch) inside a node
+  LinkProfile inter_node;    // EFA / InfiniBand between nodes, per GPU
+  // Exposed tensor-parallel communication as a multiple of the collectives' standalone time, by
+  // tp size (measured from whole steps: overlap hides part, contention with the GEMMs adds).
+  std::map<int, double> tp_exposed;
+  // Fraction of the data-parallel gradient reduction (and the distributed optimizer's parameter
+  // gather) that backward does not hide, measured the same way.
+  double dp_exposed = 0;
+
+  double tp_exposed_at(int tp) const;  // interpolated in log(tp) between the measured sizes
+};
+
+// Reads a profile; a clear error (me::Error) naming `what` (the file) and the field that is
+// missing or wrong.
+DeviceProfile parse_profile(const std::string& json_text, const std::string& what);
+DeviceProfile load_profile_file(const std::string& path);
+std::string profile_to_json(const DeviceProfile& p);
+
+// The profiles built into the binary (profiles/*.json), by name.
+std::vector<std::string> builtin_profile_names();
+// A built-in profile by name ("h100-80gb"); a clear error listing the known names otherwise.
+DeviceProfile builtin_profile(const std::string& name);
+
+}  // namespace me::plan
