@@ -219,6 +219,8 @@ int main(int argc, char** argv) {
       nproc = static_cast<int>(v);
       ++i;
     } else if (const auto* sub = find_subcommand(a); sub && recipe.empty()) {
+      // `--nproc N plan --calibrate F`: the calibration's collectives need every rank
+      if (nproc > 0 && a == "plan") return launch_ranks(nproc, argc, argv);
       return sub->run(argc - i - 1, argv + i + 1);
     } else if (a.size() > 1 && a[0] == '-') {
       return usage("unknown option '" + a + "' (see megaengine --help)");

@@ -23,7 +23,27 @@ const char* kPlanUsage =
     "  days for the recipe's samples, and the overrides that select each. The recipe's global batch\n"
     "  stays. Defaults: --nodes 1, --gpus-per-node 8, --gpu h100-80gb (built in: see below).\n"
     "  Nothing is allocated and no data is read (ME_DRY_RUN=1 is set for the recipe).\n"
-    "  In a recipe, parallel = \"auto\" (or --plan on the command line) trains with the best layout.\n";
+    "  In a recipe, parallel = \"auto\" (or --plan on the command line) trains with the best layout.\n"
+    "\n"
+    "       megaengine [--nproc N] plan --calibrate OUT.json [--device cuda|cpu] [--base NAME|FILE]\n"
+    "                                   [--name NAME] [--gpu-memory 80GB]\n"
+    "  Measures this machine (GEMMs, attention, memory bandwidth; with --nproc N the collectives over\n"
+    "  N ranks of this node) and writes a profile for --profile; what it cannot measure (the inter-node\n"
+    "  link, the exposure of TP and DP traffic) comes from --base (default h100-80gb).\n";
+
+// A Lua string literal of `s`.
+std::string lua_literal(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "megaengine: %s\n%s", message.c_str(), kPlanUsage);
@@ -41,7 +61,7 @@ long count(const char* text) {
 int plan_main(int argc, char** argv) {
   RunFileOptions o;
   o.plan = true;
-  std::string recipe;
+  std::string recipe, calibrate, device, base = "h100-80gb", name;
   std::vector<std::string> rest;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -58,9 +78,11 @@ int plan_main(int argc, char** argv) {
       if (v == 0) return usage_error(a + " needs a positive number, got '" + (value ? value : "") + "'");
       (a == "--nodes" ? o.nodes : a == "--top" ? o.top : o.gpus_per_node) = static_cast<int>(v);
       ++i;
-    } else if (a == "--gpu" || a == "--profile" || a == "--gpu-memory") {
+    } else if (a == "--gpu" || a == "--profile" || a == "--gpu-memory" || a == "--calibrate" || a == "--device" ||
+               a == "--base" || a == "--name") {
       if (!value || !*value) return usage_error(a + " needs a value");
-      (a == "--gpu" ? o.gpu : a == "--profile" ? o.profile : o.gpu_memory) = value;
+      (a == "--gpu" ? o.gpu : a == "--profile" ? o.profile : a == "--gpu-memory" ? o.gpu_memory
+                      : a == "--calibrate" ? calibrate : a == "--device" ? device : a == "--base" ? base : name) = value;
       ++i;
     } else if (a.size() > 1 && a[0] == '-') {
       return usage_error("unknown option '" + a + "'");
@@ -68,6 +90,27 @@ int plan_main(int argc, char** argv) {
       recipe = a;
     } else {
       rest.push_back(a);
+    }
+  }
+  if (!calibrate.empty()) {
+    if (!recipe.empty()) return usage_error("--calibrate measures this machine; it takes no recipe ('" + recipe + "')");
+    if (!device.empty() && device != "cpu" && device != "cuda") return usage_error("--device: cpu or cuda, got '" + device + "'");
+    try {
+      std::string chunk = "require('megaengine.calibrate').run{ out = " + lua_literal(calibrate) + ", base = " + lua_literal(base);
+      if (!device.empty()) chunk += ", device = " + lua_literal(device);
+      if (!name.empty()) chunk += ", name = " + lua_literal(name);
+      if (!o.gpu_memory.empty()) chunk += ", gpu_memory_gb = " + std::to_string(plan::parse_memory_size(o.gpu_memory) / 1e9);
+      chunk += " }";
+      log::init_from_env();
+      LuaHost host;
+      std::string error;
+      if (host.run_chunk(chunk, "=calibrate", &error)) return 0;
+      std::fflush(stdout);
+      std::fprintf(stderr, "megaengine: %s\n", error.substr(0, error.find("\nstack traceback")).c_str());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "megaengine: %s\n", e.what());
+      return 1;
     }
   }
   if (recipe.empty()) return usage_error("plan needs a recipe file, e.g. megaengine plan recipes/gpt39b.lua --nodes 2");

@@ -4,14 +4,26 @@
 // opts: nodes, gpus_per_node (both 0 or absent in a run: from the launch environment, RANK /
 // WORLD_SIZE / LOCAL_WORLD_SIZE or Slurm's), gpu (a built-in profile's name), profile (a file),
 // gpu_memory (overrides the profile's), top.
+// For `megaengine plan --calibrate` (bindings/lua/calibrate.lua), seconds per call on a device:
+//   core.plan_time_gemm(m, n, k, device), core.plan_time_attention(batch, heads, seq, head_dim,
+//   device) (forward + backward), core.plan_time_add(elements, device) (out = a + b),
+//   core.plan_write_profile(measured, path, base): the measured fields over a base profile, checked
+//   as any profile is, written atomically.
 #include "bindings/lua/lua_recipe.h"
 #include "bindings/lua/lua_util.h"
 #include "bindings/lua/modules.h"
 #include "engine/launch/bootstrap.h"
 #include "engine/plan/layout_search.h"
 #include "engine/plan/memory_report.h"
+#include "engine/core/torch_compat.h"
 
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 
 namespace me::lua {
 namespace {
@@ -98,9 +110,126 @@ int plan_layout(lua_State* L) {
   return 1;
 }
 
+// ---- calibration ------------------------------------------------------------------------------
+
+struct Timed {
+  torch::Device device;
+  torch::TensorOptions options;
+  explicit Timed(const std::string& name)
+      : device(name), options(torch::TensorOptions().device(device).dtype(device.is_cuda() ? torch::kBFloat16 : torch::kFloat32)) {}
+  void sync() const {
+    if (device.is_cuda()) compat::cuda_synchronize();
+  }
+  // Seconds per call: the best of 3 rounds of `iters` calls, after 2 warm-up calls.
+  double seconds(int iters, const std::function<void()>& fn) const {
+    fn(), fn(), sync();
+    double best = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) fn();
+      sync();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+    }
+    return best;
+  }
+};
+
+int iterations(lua_State* L, int arg) { return static_cast<int>(luaL_optinteger(L, arg, 10)); }
+
+// core.plan_time_gemm(m, n, k, device [, iters]) -> seconds of [m x k] x [k x n]
+int time_gemm(lua_State* L) {
+  const auto m = check_integer(L, 1), n = check_integer(L, 2), k = check_integer(L, 3);
+  const Timed t(check_string(L, 4));
+  const auto a = torch::randn({m, k}, t.options), b = torch::randn({k, n}, t.options);
+  lua_pushnumber(L, t.seconds(iterations(L, 5), [&] { a.matmul(b); }));
+  return 1;
+}
+
+// core.plan_time_attention(batch, heads, seq, head_dim, device [, iters]) -> seconds of causal
+// attention's forward and backward (the engine's own call: compat::causal_attention)
+int time_attention(lua_State* L) {
+  const auto b = check_integer(L, 1), h = check_integer(L, 2), s = check_integer(L, 3), d = check_integer(L, 4);
+  const Timed t(check_string(L, 5));
+  auto q = torch::randn({b, h, s, d}, t.options).requires_grad_(), k = torch::randn({b, h, s, d}, t.options).requires_grad_(),
+       v = torch::randn({b, h, s, d}, t.options).requires_grad_();
+  const auto grad = torch::randn({b, h, s, d}, t.options);
+  lua_pushnumber(L, t.seconds(iterations(L, 6), [&] { compat::causal_attention(q, k, v).backward(grad); }));
+  return 1;
+}
+
+// core.plan_time_add(elements, device [, iters]) -> seconds of out = a + b
+int time_add(lua_State* L) {
+  const auto n = check_integer(L, 1);
+  const Timed t(check_string(L, 2));
+  const auto a = torch::randn({n}, t.options), b = torch::randn({n}, t.options);
+  auto out = torch::empty({n}, t.options);
+  lua_pushnumber(L, t.seconds(iterations(L, 3), [&] { torch::add_out(out, a, b); }));
+  return 1;
+}
+
+plan::Curve read_curve(lua_State* L, int t, const char* field) {
+  plan::Curve c;
+  lua_getfield(L, t, field);
+  if (lua_istable(L, -1))
+    for (lua_Integer i = 1; lua_rawgeti(L, -1, i) == LUA_TTABLE; ++i) {
+      lua_rawgeti(L, -1, 1), lua_rawgeti(L, -2, 2);
+      c.points.emplace_back(lua_tonumber(L, -2), lua_tonumber(L, -1));
+      lua_pop(L, 3);
+    }
+  lua_settop(L, t);
+  return c;
+}
+
+// core.plan_write_profile(measured, path, base): measured = {name, gpu, source, matmul_tflops,
+// gemm_efficiency, attention_tflops, memory_gbps [, memory_gb] [, intra_node = {all_gather_gbps,
+// ...}]}; what it lacks comes from `base` (a built-in name or a file).
+int write_profile(lua_State* L) {
+  check_table(L, 1);
+  const auto path = check_string(L, 2), base_name = check_string(L, 3);
+  auto p = base_name.find('/') != std::string::npos || base_name.find(".json") != std::string::npos
+               ? plan::load_profile_file(base_name)
+               : plan::builtin_profile(base_name);
+  p.name = field_string(L, 1, "name", "profile.name");
+  p.gpu = field_string(L, 1, "gpu", "profile.gpu");
+  p.source = field_string(L, 1, "source", "profile.source");
+  p.matmul_tflops = field_number(L, 1, "matmul_tflops", "profile.matmul_tflops");
+  p.memory_gbps = field_number(L, 1, "memory_gbps", "profile.memory_gbps");
+  p.memory_bytes = field_number(L, 1, "memory_gb", "profile.memory_gb", p.memory_bytes / 1e9) * 1e9;
+  p.gemm_efficiency = read_curve(L, 1, "gemm_efficiency");
+  p.attention_tflops = read_curve(L, 1, "attention_tflops");
+  if (push_field_table(L, 1, "intra_node", "profile")) {
+    const int link = lua_gettop(L);
+    p.intra_node.all_gather = read_curve(L, link, "all_gather_gbps");
+    p.intra_node.reduce_scatter = read_curve(L, link, "reduce_scatter_gbps");
+    p.intra_node.all_reduce = read_curve(L, link, "all_reduce_gbps");
+    p.intra_node.send_recv = read_curve(L, link, "send_recv_gbps");
+    p.intra_node.latency_us = field_number(L, link, "latency_us", "profile.intra_node.latency_us");
+    lua_pop(L, 1);
+  }
+  const auto text = plan::profile_to_json(p);
+  plan::parse_profile(text, "the measured profile");  // the checks any profile gets
+  const auto tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    ME_CHECK(out.good(), "cannot write the profile to '", tmp, "'");
+  }
+  ME_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "'");
+  return 0;
+}
+
 }  // namespace
 
 void open_plan(lua_State* L, int core) {
+  static const luaL_Reg fns[] = {{"plan_time_gemm", wrapped<time_gemm>},
+                                 {"plan_time_attention", wrapped<time_attention>},
+                                 {"plan_time_add", wrapped<time_add>},
+                                 {"plan_write_profile", wrapped<write_profile>},
+                                 {nullptr, nullptr}};
+  for (const auto* f = fns; f->name; ++f) {
+    lua_pushcfunction(L, f->func);
+    lua_setfield(L, core, f->name);
+  }
   lua_pushcfunction(L, wrapped<plan_report>);
   lua_setfield(L, core, "plan");
   lua_pushcfunction(L, wrapped<plan_layout>);

@@ -132,6 +132,9 @@ me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_
             synchronize = core.cuda_synchronize, memory = core.cuda_memory,
             reset_peak_memory = core.cuda_reset_peak_memory }
 me.clock = core.clock  -- wall-clock seconds, for timing
+-- The layout planner's measurements (bindings/lua/lua_plan.cpp; megaengine.calibrate uses them).
+me.plan = { time_gemm = core.plan_time_gemm, time_attention = core.plan_time_attention, time_add = core.plan_time_add,
+            write_profile = core.plan_write_profile }
 
 function me.device(name)
   if name == "cpu" then return name end

@@ -5,7 +5,8 @@
 # 2. parallel.auto resolved to a concrete layout in --dry-run (the dry run's layout table shows it);
 # 3. --plan trains with the chosen layout (2 CPU ranks);
 # 4. a bad profile file, an unknown --gpu and a model that fits no layout: exit 1 and a message
-#    naming the field, the known profiles, or the largest memory term and what would fit.
+#    naming the field, the known profiles, or the largest memory term and what would fit;
+# 5. --calibrate on the CPU over 2 ranks (Gloo) writes a profile that plans with --profile.
 set -euo pipefail
 bin=$1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -51,4 +52,13 @@ rc=0; "$bin" plan "$repo/recipes/llama2_70b.lua" --nodes 1 --gpus-per-node 4 > "
 [ "$rc" = 1 ] || fail "no layout fits: exit $rc, expected 1" "$tmp/big.out"
 grep -q "the largest term is .*it would fit on [0-9]* nodes of 4 GPUs" "$tmp/big.out" || fail "no layout fits: no largest term / what would fit" "$tmp/big.out"
 echo "ok refusals: $(head -c 300 "$tmp/big.out")"
+timeout 300 "$bin" --nproc 2 plan --calibrate "$tmp/cpu.json" --device cpu --name cpu-test > "$tmp/cal.out" 2>&1 ||
+  fail "calibrate: exit $?" "$tmp/cal.out"
+grep -q "calibrate: all_gather over 2 ranks" "$tmp/cal.out" || fail "calibrate: no collectives measured" "$tmp/cal.out"
+grep -q '"name": "cpu-test"' "$tmp/cpu.json" || fail "calibrate: profile not written" "$tmp/cal.out"
+"$bin" plan "$repo/recipes/gpt_tiny.lua" --nodes 1 --gpus-per-node 2 --profile "$tmp/cpu.json" > "$tmp/cpuplan.out" 2>&1 ||
+  fail "plan with the calibrated profile: exit $?" "$tmp/cpuplan.out"
+grep -q "^profile: cpu-test (cpu, " "$tmp/cpuplan.out" && grep -q "^#1  tp" "$tmp/cpuplan.out" ||
+  fail "plan with the calibrated profile: no ranking" "$tmp/cpuplan.out"
+echo "ok calibrate: $(grep -m1 '^#1' "$tmp/cpuplan.out")"
 echo "plan: all passed"
