@@ -4,14 +4,18 @@ extern "C" {
 #include <lauxlib.h>
 #include <lua.h>
 }
+#include <poll.h>
 #include <unistd.h>
 #if ME_HAVE_EDITLINE
 #include <editline/readline.h>
 #endif
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +26,40 @@ namespace me::lua {
 namespace {
 
 constexpr int kHistoryLines = 1000;  // kept in ME_HISTORY
+
+// Ctrl-C in the REPL: at the prompt it clears the line (and abandons a statement being continued),
+// as Python's and lua.c's do; while a line runs, it stops the Lua code at its next call, return or
+// instruction count (lua.c's hook) and the prompt comes back. A training run installs its own
+// handler for its duration (engine/core/stop_signals.h: save, then stop).
+volatile std::sig_atomic_t interrupted = 0;
+lua_State* running = nullptr;  // the state running a line, for the signal handler's hook
+
+void stop_running(lua_State* L, lua_Debug*) {
+  lua_sethook(L, nullptr, 0, 0);
+  luaL_error(L, "interrupted (Ctrl-C)");
+}
+
+void on_interrupt(int) {
+  interrupted = 1;
+  if (running) lua_sethook(running, stop_running, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);  // signal-safe (lua.c)
+}
+
+// SIGINT goes to on_interrupt while it lives (no SA_RESTART: a blocking poll returns EINTR).
+class InterruptHandler {
+ public:
+  InterruptHandler() {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+  }
+  ~InterruptHandler() { sigaction(SIGINT, &old_, nullptr); }
+  InterruptHandler(const InterruptHandler&) = delete;
+  InterruptHandler& operator=(const InterruptHandler&) = delete;
+
+ private:
+  struct sigaction old_ {};
+};
 
 #if !ME_HAVE_EDITLINE
 // Without libedit: plain lines from stdin, no editing, no history.
@@ -40,7 +78,59 @@ void stifle_history(int) {}
 int read_history(const char*) { return 0; }
 int write_history(const char*) { return 0; }
 void setup_completion(lua_State*) {}
+// A line, or nothing at end of input; *cancelled when Ctrl-C cleared it (Ctrl-C at a plain stdin
+// prompt ends the line read so far).
+std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
+  *cancelled = false;
+  interrupted = 0;
+  char* raw = readline(prompt);
+  if (interrupted) *cancelled = true;
+  if (!raw) return *cancelled ? std::optional<std::string>("") : std::nullopt;
+  std::string line = raw;
+  std::free(raw);
+  return line;
+}
 #else
+// libedit's callback interface, fed from a poll on stdin: a Ctrl-C interrupts the poll (EINTR)
+// rather than libedit's own read, so the line can be cleared and the prompt shown again. (A
+// longjmp out of readline() left libedit's state broken.)
+char* finished_line = nullptr;
+bool line_done = false;
+void take_line(char* line) {
+  finished_line = line;
+  line_done = true;
+}
+
+std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
+  *cancelled = false;
+  interrupted = 0;
+  line_done = false;
+  finished_line = nullptr;
+  rl_catch_signals = 0;  // the handler is ours (InterruptHandler)
+  rl_callback_handler_install(prompt, take_line);
+  while (!line_done) {
+    pollfd in{STDIN_FILENO, POLLIN, 0};
+    const int ready = poll(&in, 1, -1);
+    if (ready < 0 && errno == EINTR) {
+      if (!interrupted) continue;
+      interrupted = 0;
+      rl_delete_text(0, rl_end);
+      rl_callback_handler_remove();
+      std::printf("^C\n");
+      std::fflush(stdout);
+      *cancelled = true;
+      return std::string();
+    }
+    if (ready < 0) break;
+    rl_callback_read_char();
+  }
+  rl_callback_handler_remove();
+  if (!finished_line) return std::nullopt;  // Ctrl-D or end of input
+  std::string line = finished_line;
+  std::free(finished_line);
+  return line;
+}
+
 // libedit's completion callbacks take no context: the REPL's state lives here while it runs.
 lua_State* completion_state = nullptr;
 std::vector<std::string> completion_matches;
@@ -142,30 +232,39 @@ void run_repl(lua_State* L) {
   std::fflush(stdout);
   define_globals(L);
 
+  InterruptHandler interrupts;
   for (;;) {
-    char* raw = readline("me> ");
-    if (!raw) break;
-    std::string line = raw;
-    std::free(raw);
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    bool cancelled = false;
+    const auto first = read_line("me> ", &cancelled);
+    if (!first) break;
+    std::string line = *first;
+    if (cancelled || line.find_first_not_of(" \t") == std::string::npos) continue;
     const int base = lua_gettop(L);
     int status = compile(L, line);
     while (incomplete(L, status)) {  // multi-line statement
       lua_pop(L, 1);
-      char* more = readline(">> ");
-      if (!more) break;
+      const auto more = read_line(">> ", &cancelled);
+      if (!more || cancelled) break;
       line += "\n";
-      line += more;
-      std::free(more);
+      line += *more;
       status = luaL_loadbuffer(L, line.c_str(), line.size(), "=stdin");
+    }
+    if (cancelled) {  // Ctrl-C in a continuation line: the whole statement is dropped
+      lua_settop(L, base);
+      continue;
     }
     add_history(line.c_str());
     if (!hist.empty()) write_history(hist.c_str());  // now, so a session that dies keeps its lines
     if (status == LUA_OK) {
       try {
+        running = L;
         protected_call(L, 0, LUA_MULTRET);
+        running = nullptr;
+        lua_sethook(L, nullptr, 0, 0);
         print_results(L, base);
       } catch (const std::exception& e) {
+        running = nullptr;
+        lua_sethook(L, nullptr, 0, 0);
         std::fprintf(stderr, "%s\n", e.what());
       }
     } else {
