@@ -15,7 +15,7 @@ packages=(build-essential cmake ninja-build pkg-config ca-certificates
   liblua5.4-dev libspdlog-dev libfmt-dev catch2 libedit-dev libgloo-dev
   libpcre2-dev nlohmann-json3-dev    # GPT-2 BPE: Unicode regex, encoder.json
   libsentencepiece-dev sentencepiece # SentencePiece tokenizer; spm_train/spm_encode for its tests
-  clang-14 libfuzzer-14-dev            # scripts/fuzz.sh: libFuzzer targets (CI runs each for 30 s)
+  clang-14 libfuzzer-14-dev            # scripts/fuzz.sh: libFuzzer targets (CI runs each FUZZ_SECONDS, 12 by default)
   tmux                                 # tmux drives the REPL test through a real terminal
   python3                              # scripts/long_functions.py (the style test)
   slurm-wlm munge                      # a real one-node Slurm for tests/cli/slurm_job.sh (slurm/*.sbatch)

@@ -13,9 +13,12 @@ local models = {
   ["gpt-small"] = me.model.gpt { vocab = 50257, seq = 1024, layers = 12, hidden = 768, heads = 12 },
   -- the GPT-39B width (recipes/gpt39b.lua) at 2 layers: one GPU holds it at micro 1
   ["gpt39b-2l"] = me.model.gpt { vocab = 50257, seq = 2048, layers = 2, hidden = 8192, heads = 64 },
+  -- the LLaMA-2-70B width (recipes/llama2_70b.lua: GQA 8, ffn 28672, seq 4096) at 2 layers
+  ["llama70b-2l"] = me.model.llama { vocab = 32000, seq = 4096, layers = 2, hidden = 8192, heads = 64, query_groups = 8,
+                                     ffn_multiplier = 1.3, ffn_multiple_of = 4096 },
 }
 local name = env("ME_BENCH_MODEL", "gpt-small")
-local model = assert(models[name], "ME_BENCH_MODEL: one of gpt1.3b, llama1b, gpt-small, gpt39b-2l")
+local model = assert(models[name], "ME_BENCH_MODEL: one of gpt1.3b, llama1b, gpt-small, gpt39b-2l, llama70b-2l")
 local warmup, steps = tonumber(env("ME_BENCH_WARMUP", "10")), tonumber(env("ME_BENCH_STEPS", "30"))
 local rank = tonumber(env("RANK", "0"))
 local windows = {}

@@ -118,6 +118,10 @@ struct ParallelSpec {
   // windows) for the overlapped sequence-parallel all-gathers to fill in place (NCCL's symmetric
   // kernels; the copy engines with comm.nccl_cta_policy = "zero"); 0: ordinary memory.
   double tp_symmetric_mb{};
+  // What moves the overlapped sequence-parallel all-gathers and reduce-scatters between the TP
+  // ranks: "nccl" (its kernels, on a side stream) or "copy_engine" (copies between the GPUs'
+  // peer-mapped memories, which leave the GEMMs every multiprocessor; kernels/peer_buffers.h).
+  std::string tp_comm_backend;
   // `parallel = "auto"`: tp, pp, sequence parallelism, recompute, the micro batch and the
   // distributed optimizer chosen by the layout planner for the job's GPUs at start
   // (engine/plan/layout_search.h; bindings/lua/megaengine.lua writes the choice into the
@@ -254,6 +258,7 @@ void visit_fields(S& p, V&& v) {
   v("symmetric_buffers", p.symmetric_buffers);
   v("grad_reduce_dtype", p.grad_reduce_dtype);
   v("tp_symmetric_mb", p.tp_symmetric_mb);
+  v("tp_comm_backend", p.tp_comm_backend);
   v("auto", p.auto_layout);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/parallel/collective_matmul.h"
 
+#include "engine/core/build_config.h"  // ME_HAVE_CUDA_KERNELS
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
@@ -16,6 +17,12 @@
 
 #include <map>
 #include <mutex>
+#endif
+#if ME_TORCH_HAS_CUDA && ME_HAVE_CUDA_KERNELS
+#include "engine/kernels/peer_buffers.h"
+#define ME_PEER_COLLECTIVES 1
+#else
+#define ME_PEER_COLLECTIVES 0
 #endif
 
 namespace me::parallel {
@@ -34,6 +41,101 @@ c10::cuda::CUDAStream tp_stream(c10::DeviceIndex device) {
 #endif
 
 torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); }
+
+#if ME_PEER_COLLECTIVES
+// ---- collectives on the copy engines (parallel.tp_comm_backend = "copy_engine") --------------
+// Each collective takes the next of the peer buffers' two slots and queues one barrier on the
+// compute stream. Why a slot is free when a rank writes it: a rank writes slot s (its own in an
+// all-gather, a peer's in a reduce-scatter) only after its barrier of the collective before,
+// which no rank passes before every rank has queued it; and each rank queues a barrier only
+// after its compute stream has waited for its reads of the collective before that, the last to
+// use slot s (the pulled copies, or the sums of what was pushed to it).
+
+// Copy streams per GPU, one per peer, so that the pulls from (pushes to) several peers run on
+// several copy engines at once.
+c10::cuda::CUDAStream peer_stream(c10::DeviceIndex device, int k) {
+  static std::mutex mutex;
+  static std::map<std::pair<c10::DeviceIndex, int>, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find({device, k});
+  if (it == streams.end()) it = streams.emplace(std::make_pair(device, k), c10::cuda::getStreamFromPool(false, device)).first;
+  return it->second;
+}
+
+size_t nbytes(const torch::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+bool peers_take(const torch::Tensor& t, const TensorParallel& tp, size_t bytes) {
+  return tp.peers && t.is_cuda() && bytes <= tp.peers->slot_bytes();
+}
+
+// all_gather_rows on the copy engines: this rank's rows into its slot, a barrier, then every
+// peer's rows pulled from its slot into the result (one copy stream per peer) while the GEMM of
+// this rank's own rows runs; the rest of the rows once they are all in.
+torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
+  auto& peers = *tp.peers;
+  const int size = peers.size(), rank = peers.rank();
+  const auto device = in.device().index();
+  const auto compute = c10::cuda::getCurrentCUDAStream(device);
+  const auto local = rows2d(in);
+  const int64_t m = local.size(0), first = m * rank, total = m * size;
+  const size_t bytes = nbytes(local);
+  auto gathered = torch::empty(gathered_tokens_shape(in, size), in.options());
+  const auto all = rows2d(gathered);
+  const int s = peers.next_slot();
+  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, compute.stream());
+  kernels::PeerBuffers::copy(all.narrow(0, first, m).data_ptr(), local.data_ptr(), bytes, compute.stream());
+  peers.barrier(compute.stream());
+  at::cuda::CUDAEvent published;
+  published.record(compute);
+  std::vector<at::cuda::CUDAEvent> arrived(static_cast<size_t>(size - 1));
+  for (int k = 1; k < size; ++k) {
+    const int from = (rank + k) % size;
+    const auto stream = peer_stream(device, k);
+    published.block(stream);
+    kernels::PeerBuffers::copy(all.narrow(0, from * m, m).data_ptr(), peers.slot(from, s), bytes, stream.stream());
+    arrived[static_cast<size_t>(k - 1)].record(stream);
+    gathered.record_stream(stream);
+  }
+  rows(local, first);
+  for (auto& e : arrived) e.block(compute);
+  if (first > 0) rows(all.narrow(0, 0, first), 0);
+  if (first + m < total) rows(all.narrow(0, first + m, total - first - m), first + m);
+  return gathered;
+}
+
+// Pushes rows [to x n, (to + 1) x n) of this rank's partial sums to rank `to`'s slot s, at this
+// rank's place in it, on a copy stream after what the compute stream has queued.
+void push_partial(const torch::Tensor& chunk, int to, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
+                  int k) {
+  const auto stream = peer_stream(device, k);
+  at::cuda::CUDAEvent ready;
+  ready.record(c10::cuda::getCurrentCUDAStream(device));
+  ready.block(stream);
+  const size_t bytes = nbytes(chunk);
+  kernels::PeerBuffers::copy(static_cast<char*>(peers.slot(to, s)) + static_cast<size_t>(peers.rank()) * bytes,
+                             chunk.data_ptr(), bytes, stream.stream());
+  chunk.record_stream(stream);
+}
+
+// After the pushes: the compute stream waits for them, the barrier (every rank's pushes into this
+// rank's slot are in), then this rank's own chunk plus what each peer pushed.
+torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device) {
+  const auto compute = c10::cuda::getCurrentCUDAStream(device);
+  for (int k = 1; k < peers.size(); ++k) {
+    at::cuda::CUDAEvent pushed;
+    pushed.record(peer_stream(device, k));
+    pushed.block(compute);
+  }
+  peers.barrier(compute.stream());
+  const size_t bytes = nbytes(own);
+  for (int k = 1; k < peers.size(); ++k) {
+    const int from = (peers.rank() - k + peers.size()) % peers.size();
+    own.add_(torch::from_blob(static_cast<char*>(peers.slot(peers.rank(), s)) + static_cast<size_t>(from) * bytes,
+                              own.sizes(), own.options()));
+  }
+  return own;
+}
+#endif
 }  // namespace
 
 std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
@@ -94,6 +196,9 @@ SmMarginForCollective::~SmMarginForCollective() {
 torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows) {
   ME_CHECK(local.dim() >= 2, "all_gather_rows: expected [batch, seq / tp, ...], got shape ", local.sizes());
   auto in = local.contiguous();
+#if ME_PEER_COLLECTIVES
+  if (peers_take(in, tp, nbytes(in))) return peer_all_gather_rows(in, tp, rows);
+#endif
   auto& group = *tp.group;
   const auto sizes = gathered_tokens_shape(in, group.size());
   const int64_t m = rows2d(in).size(0), first = m * group.rank(), total = m * group.size();
@@ -124,6 +229,22 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
                                   const std::function<torch::Tensor(int64_t first, int64_t n)>& partial) {
   auto& group = *tp.group;
   const int size = group.size(), rank = group.rank();
+#if ME_PEER_COLLECTIVES
+  if (tp.peers) {  // the chunk's size is known once the first is computed
+    const int s = tp.peers->next_slot();
+    torch::Tensor first_chunk;
+    for (int step = 1; step < size; ++step) {
+      const int to = (rank + step) % size;
+      auto mine = partial(to * chunk_rows, chunk_rows).contiguous();
+      ME_CHECK(mine.is_cuda() && nbytes(mine) * static_cast<size_t>(size) <= tp.peers->slot_bytes(),
+               "parallel.tp_comm_backend = \"copy_engine\": a reduce-scatter of ", nbytes(mine) * size,
+               " bytes does not fit the peer buffers' ", tp.peers->slot_bytes(), " (sized from batch.micro x model.seq x model.hidden)");
+      push_partial(mine, to, s, *tp.peers, mine.device().index(), step);
+    }
+    auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
+    return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index());
+  }
+#endif
   std::vector<torch::Tensor> received;
   std::vector<std::function<void()>> joins;
   std::optional<SmMarginForCollective> margin;  // from the second GEMM on, a send runs beside each
@@ -142,6 +263,31 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
   for (auto& join : joins) join();
   for (const auto& r : received) own.add_(r);
   return own;
+}
+
+std::function<torch::Tensor()> start_peer_reduce_scatter(const torch::Tensor& full, const TensorParallel& tp) {
+#if ME_PEER_COLLECTIVES
+  if (!tp.peers || !full.is_cuda() || nbytes(full) > tp.peers->slot_bytes()) return {};
+  auto& peers = *tp.peers;
+  const auto rows = rows2d(full.contiguous());
+  const int64_t m = rows.size(0) / peers.size();
+  const int s = peers.next_slot();
+  const auto device = full.device().index();
+  for (int k = 1; k < peers.size(); ++k) {
+    const int to = (peers.rank() + k) % peers.size();
+    push_partial(rows.narrow(0, to * m, m), to, s, peers, device, k);
+  }
+  auto sizes = full.sizes().vec();
+  sizes[1] /= peers.size();
+  auto own = rows.narrow(0, peers.rank() * m, m).clone();
+  return [own, s, &peers, device, sizes]() mutable {
+    return finish_peer_reduce_scatter(own, s, peers, device).view(sizes);
+  };
+#else
+  (void)full;
+  (void)tp;
+  return {};
+#endif
 }
 
 }  // namespace me::parallel

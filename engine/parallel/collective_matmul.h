@@ -3,6 +3,10 @@
 // on the rows it does not need. Rows are tokens: under sequence parallelism rank r holds the
 // r-th of tp consecutive chunks of a [batch x seq] tensor's rows (parallel/mappings.h).
 //
+// With the group's peer buffers (TensorParallel::peers, parallel.tp_comm_backend = "copy_engine")
+// the all-gathers and reduce-scatters are copies between the GPUs' memories on the copy engines
+// instead of NCCL kernels, so the GEMMs beside them keep every multiprocessor.
+//
 // On the CPU the collectives run in line (same results, no overlap): the tests there cover the
 // chunking itself.
 #pragma once
@@ -55,5 +59,11 @@ torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& 
 // of ranks meets at the same step), this rank's own rows last, then the received partials added.
 torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
                                   const std::function<torch::Tensor(int64_t first, int64_t n)>& partial);
+
+// Starts the reduce-scatter of `full` ([tp x chunk rows, ...], this rank's partial sums) over
+// the copy engines when the group has peer buffers and the tensor fits them, and returns the
+// function that finishes it (this rank's chunk of the sum); else returns nothing and the caller
+// reduces as before. What the caller queues between the two overlaps the copies.
+std::function<torch::Tensor()> start_peer_reduce_scatter(const torch::Tensor& full, const TensorParallel& tp);
 
 }  // namespace me::parallel

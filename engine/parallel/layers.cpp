@@ -231,6 +231,11 @@ LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, co
 // of the tokens under sequence parallelism), on a side stream when the layer overlaps its
 // collectives; `join` waits for it.
 void reduce_input_grad(torch::Tensor& dx, const TensorParallel& tp, std::function<void()>& join) {
+  if (tp.sequence_parallel && tp.overlap_comm)
+    if (auto finish = start_peer_reduce_scatter(dx, tp)) {  // the copy engines (TensorParallel::peers)
+      join = [&dx, finish] { dx = finish(); };
+      return;
+    }
   auto full = dx;
   auto reduce = [&dx, full, &tp] {
     if (tp.sequence_parallel) dx = reduce_scatter_tokens(full, *tp.group);

@@ -4,6 +4,10 @@
 #pragma once
 #include "engine/comm/process_group.h"
 
+namespace me::kernels {
+class PeerBuffers;  // kernels/peer_buffers.h
+}
+
 namespace me::parallel {
 
 class SymmetricSlots;  // parallel/symmetric_slots.h
@@ -22,6 +26,10 @@ struct TensorParallel {
   // Registered buffers the overlapped sequence-parallel all-gathers fill in place (NCCL's
   // symmetric kernels; parallel.tp_symmetric_mb); null: ordinary memory. Not owned.
   SymmetricSlots* slots = nullptr;
+  // The group's peer-mapped buffers (parallel.tp_comm_backend = "copy_engine"): the overlapped
+  // sequence-parallel all-gathers and reduce-scatters then run on the copy engines
+  // (collective_matmul.h); null: NCCL. Not owned.
+  kernels::PeerBuffers* peers = nullptr;
 
   int size() const { return group ? group->size() : 1; }
   int rank() const { return group ? group->rank() : 0; }

@@ -230,7 +230,8 @@ double backward_peak_bytes(const MemoryPlan& p, const Dims& x, int64_t first_lay
 
 // Memory outside LibTorch's allocator: the CUDA context, NCCL's buffers for each process group
 // of more than one rank (tp, dp, pp, the model-parallel and embedding groups), and the buffers
-// parallel.symmetric_buffers and tp_symmetric_mb allocate through NCCL.
+// parallel.symmetric_buffers and tp_symmetric_mb allocate through NCCL, tp_comm_backend =
+// "copy_engine" with cudaMalloc.
 double outside_allocator(const MemoryPlan& p, const StageMemory& m) {
   int groups = 0;
   const int dp = p.dp();
@@ -238,7 +239,11 @@ double outside_allocator(const MemoryPlan& p, const StageMemory& m) {
   groups += dp > 1;
   groups += p.pp > 1 ? 2 : 0;  // pipeline and embedding groups
   groups += p.tp * p.pp > 1;   // model-parallel (gradient norm)
-  return kCudaContextBytes + groups * kNcclGroupBytes + p.tp_symmetric_mb * 1048576 + m.symmetric;
+  // copy_engine: two slots of one [tokens, hidden] activation (kernels/peer_buffers.h)
+  const double peer = p.tp_copy_engine && p.tp > 1
+                          ? 2.0 * static_cast<double>(p.micro_batch * p.model.seq * p.model.hidden) * (p.precision == "fp32" ? 4 : 2)
+                          : 0.0;
+  return kCudaContextBytes + groups * kNcclGroupBytes + p.tp_symmetric_mb * 1048576 + peer + m.symmetric;
 }
 
 // The parameter and gradient buffers parallel.symmetric_buffers allocates through NCCL instead.

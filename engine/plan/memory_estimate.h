@@ -35,6 +35,7 @@ struct MemoryPlan {
   bool grad_accumulation_fusion = true;
   std::string symmetric_buffers = "none";     // none | params | all: buffers outside the allocator
   double tp_symmetric_mb = 0;                 // NCCL windows outside the allocator
+  bool tp_copy_engine = false;                // parallel.tp_comm_backend = "copy_engine": peer buffers outside it
   // The GPU path: SDPA's fused attention (flash / memory-efficient: no seq x seq scores) and this
   // engine's CUDA kernels (in-place cross entropy, SwiGLU, fused QKV split). false: LibTorch's
   // compositions, as on the CPU (kept for comparison with the paper's formulas).

@@ -153,6 +153,8 @@ class Trainer {
   model::PipelineStage stage_;
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<parallel::SymmetricSlots> tp_slots_;  // parallel.tp_symmetric_mb > 0
+  std::shared_ptr<kernels::PeerBuffers> tp_peers_;      // parallel.tp_comm_backend = "copy_engine"
+  void open_tp_peers();
   model::Transformer model_{nullptr};
   std::unique_ptr<parallel::GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;

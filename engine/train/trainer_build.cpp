@@ -15,7 +15,11 @@
 #include "engine/core/exit_status.h"
 #include "engine/core/stop_signals.h"
 #include "engine/core/torch_compat.h"
+#include "engine/core/build_config.h"  // ME_HAVE_CUDA_KERNELS
 #include "engine/kernels/fused_ops.h"
+#if ME_HAVE_CUDA_KERNELS
+#include "engine/kernels/peer_buffers.h"
+#endif
 #include "engine/checkpoint/metadata.h"
 #include "engine/plan/memory_report.h"
 #include "engine/train/run_metrics.h"
@@ -108,6 +112,32 @@ void Trainer::open_data() {
            data_->vocab(), " ids of the data's tokenizer: set model.vocab = ", data_->vocab());
 }
 
+// parallel.tp_comm_backend = "copy_engine": this rank's peer buffers, mapped by every rank of its
+// tensor-parallel group (their CUDA IPC handles all-gathered over the group). A slot holds the
+// largest TP collective, a [micro x seq, hidden] activation.
+void Trainer::open_tp_peers() {
+#if ME_HAVE_CUDA_KERNELS
+  auto* group = groups_->tp.get();
+  const auto bytes = static_cast<size_t>(spec_.batch.micro * spec_.model.seq * spec_.model.hidden) *
+                     (spec_.precision == "fp32" ? 4 : 2);
+  tp_peers_ = std::make_shared<kernels::PeerBuffers>(group->rank(), group->size(), bytes);
+  const auto mine = tp_peers_->handle();
+  const auto n = static_cast<int64_t>(kernels::PeerBuffers::kHandleBytes);
+  auto local = torch::from_blob(const_cast<uint8_t*>(mine.data()), {n}, torch::kByte).to(device_);
+  auto all = torch::empty({n * group->size()}, torch::TensorOptions(torch::kByte).device(device_));
+  group->all_gather(all, local);
+  const auto host = all.cpu();
+  tp_peers_->open(std::vector<uint8_t>(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + host.numel()));
+  if (is_logging_rank())
+    log::info("tensor-parallel peer buffers (parallel.tp_comm_backend = \"copy_engine\"): 2 x ",
+              human::number(static_cast<double>(tp_peers_->slot_bytes()) / 1048576.0),
+              " MiB per GPU, outside LibTorch's allocator, mapped by the ", group->size(), " ranks of each tp group");
+#else
+  fail("parallel.tp_comm_backend = \"copy_engine\" needs this engine's CUDA kernels (a build with CUDA LibTorch and nvcc); ",
+       "leave it \"nccl\"");
+#endif
+}
+
 // This rank's pipeline stage and tensor-parallel slice of the model, its weights drawn at full
 // size from the seed (the same model at every layout), in the training precision.
 void Trainer::build_model() {
@@ -133,6 +163,10 @@ void Trainer::build_model() {
         },
         static_cast<int64_t>(par.tp_symmetric_mb * 1048576));
     tp.slots = tp_slots_.get();
+  }
+  if (groups_ && par.tp > 1 && par.tp_comm_backend == "copy_engine") {
+    open_tp_peers();
+    tp.peers = tp_peers_.get();
   }
   model_ = model::Transformer(spec_.model, tp, stage_, /*initialize=*/false);
   model_->reset_parameters(static_cast<uint64_t>(spec_.seed));

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Tensor parallelism at the user's widths (issue #35), in one device call: the marginal time of
+# a transformer layer (layers L and 2L, so that the embedding and the output layer cancel) at
+# tp 1 (one GPU), tp 2 and tp 4, sequence parallelism on and off, and with SP the copy-engine
+# backend (parallel.tp_comm_backend = "copy_engine") beside NCCL's; per-GPU efficiency = the tp 1
+# layer time / (tp x the layer time at tp); the exposed TP communication per layer from the step
+# profile (train.profile_at) of each 2L run. GPT-39B width (h 8192, 64 heads, seq 2048) and
+# LLaMA-2-70B width (GQA 8, ffn 28672, seq 4096); micro 1, global 8, bf16, the recipes' defaults.
+#   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
+# Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
+# ME_BENCH_TPS ("2 4"), ME_BENCH_STEPS (6), ME_BENCH_WARMUP (3), ME_BENCH_DEADLINE_S (500).
+# OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+out=$1
+shift
+models=${*:-gpt39b-2l llama70b-2l}
+build=${ME_BENCH_BUILD:-/tmp/b}
+L=${ME_BENCH_L:-1}
+deadline=${ME_BENCH_DEADLINE_S:-500}
+mkdir -p "$out/logs"
+t0=$SECONDS
+if [ ! -x "$build/megaengine" ]; then
+  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/logs/cmake.log" 2>&1 &&
+    cmake --build "$build" --target megaengine > "$out/logs/build.log" 2>&1 ||
+    { grep -E "error" -A3 "$out/logs/build.log" | head -40; exit 1; }
+  echo "built in $((SECONDS - t0)) s"
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+rows=$out/rows.jsonl
+: > "$rows"
+
+# run MODEL LAYERS TP LABEL OVERRIDES... -> ms per step (median window), exposed comm ms per step
+run() {
+  local model=$1 layers=$2 tp=$3 label=$4
+  shift 4
+  local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=()
+  [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
+  if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
+  ME_BENCH_MODEL=$model ME_BENCH_MICRO=1 ME_BENCH_STEPS=${ME_BENCH_STEPS:-6} ME_BENCH_WARMUP=${ME_BENCH_WARMUP:-3} \
+    ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
+    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=8 parallel.tp=$tp $* train.profile_at=$(( ${ME_BENCH_WARMUP:-3} + 2 )) train.profile_steps=2" \
+    timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
+  local ms exposed
+  ms=$(grep -o '"ms_per_step": [0-9.]*' "$log" | tail -1 | grep -o '[0-9.]*$')
+  exposed=$(grep -o 'of which [0-9.]* ms beside no other kernel' "$log" | head -1 | grep -o '[0-9.]*')
+  echo "${ms:-nan} ${exposed:-0}"
+}
+
+{
+  echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) |"
+  echo "|---|---|--:|--:|--:|"
+} > "$out/table.md"
+for model in $models; do
+  read -r a _ <<< "$(run "$model" "$L" 1 tp1)"
+  read -r b _ <<< "$(run "$model" $((2 * L)) 1 tp1)"
+  base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
+  echo "| $model | tp 1 | $base | 1.00 | - |" >> "$out/table.md"
+  for tp in ${ME_BENCH_TPS:-2 4}; do
+    [ "$tp" -le "$gpus" ] || continue
+    for variant in "SP:parallel.sequence_parallel=true" "no SP:parallel.sequence_parallel=false" \
+                   "SP copy_engine:parallel.sequence_parallel=true parallel.tp_comm_backend=copy_engine"; do
+      label=${variant%%:*} overrides=${variant#*:}
+      read -r a e1 <<< "$(run "$model" "$L" "$tp" "${label// /_}" $overrides)"
+      read -r b e2 <<< "$(run "$model" $((2 * L)) "$tp" "${label// /_}" $overrides)"
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" 'BEGIN {
+        layer = (b - a) / l
+        printf "| %s | tp %d + %s | %.1f | %.2f | %.1f |\n", m, tp, lab, layer, base / (tp * layer), (e2 - e1) / l }' >> "$out/table.md"
+    done
+  done
+done
+cat "$out/table.md"
+echo "whole call: $((SECONDS - t0)) s"
+tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$out/logs"

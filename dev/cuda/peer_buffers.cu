@@ -1,0 +1,197 @@
+// engine/kernels/peer_buffers.h on the GPUs of this machine, one process per GPU (forked; CUDA
+// IPC needs separate processes), as tensor parallelism uses it:
+//   1. checks: an all-gather that pulls every peer's slot after a barrier, and a reduce-scatter
+//      that pushes a chunk into each peer's slot, barriers and sums, over several rounds that
+//      alternate the slots (a stale or early read shows as a wrong value);
+//   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
+//   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
+//      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
+//      doubled on the same machine.
+//   build/dev/cuda/peer_buffers [gpus] [MiB per chunk]     (default: every GPU, 16 MiB)
+#include <cublas_v2.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "dev/cuda/common.h"
+#include "engine/kernels/peer_buffers.h"
+
+namespace {
+
+using me::kernels::PeerBuffers;
+
+// Shared by the forked ranks (mapped before fork): their IPC handles and a spin barrier.
+struct Shared {
+  std::atomic<int> arrived[64];
+  uint8_t handles[32 * PeerBuffers::kHandleBytes];
+  std::atomic<int> failures;
+};
+
+void host_barrier(Shared* s, int n, int round) {
+  s->arrived[round].fetch_add(1);
+  while (s->arrived[round].load() < n) std::this_thread::yield();
+}
+
+__global__ void fill(float* p, size_t n, float value) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) p[i] = value;
+}
+
+bool all_equal(const float* device, size_t n, float value) {
+  std::vector<float> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (float x : h)
+    if (x != value) return false;
+  return true;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
+  CUDA_CHECK(cudaSetDevice(rank));
+  const size_t count = chunk_bytes / sizeof(float);
+  PeerBuffers peers(rank, n, chunk_bytes * n);
+  std::memcpy(shared->handles + rank * PeerBuffers::kHandleBytes, peers.handle().data(), PeerBuffers::kHandleBytes);
+  int round = 0;
+  host_barrier(shared, n, round++);
+  peers.open(std::vector<uint8_t>(shared->handles, shared->handles + n * PeerBuffers::kHandleBytes));
+  cudaStream_t compute, copies;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking));
+  float* gathered = nullptr;
+  CUDA_CHECK(cudaMalloc(&gathered, chunk_bytes * n));
+  bool ok = true;
+
+  // 1. six rounds of all-gather then reduce-scatter, the slots alternating
+  for (int step = 0; step < 6 && ok; ++step) {
+    int s = peers.next_slot();
+    fill<<<256, 256, 0, compute>>>(static_cast<float*>(peers.slot(rank, s)), count, static_cast<float>(100 * step + rank));
+    peers.barrier(compute);
+    for (int k = 0; k < n; ++k)
+      PeerBuffers::copy(gathered + k * count, peers.slot(k, s), chunk_bytes, compute);
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    for (int k = 0; k < n; ++k) ok = ok && all_equal(gathered + k * count, count, static_cast<float>(100 * step + k));
+    s = peers.next_slot();
+    float* mine = gathered;  // this rank's contribution to every destination: rank + 1
+    fill<<<256, 256, 0, compute>>>(mine, count, static_cast<float>(rank + 1));
+    for (int to = 0; to < n; ++to)
+      PeerBuffers::copy(static_cast<char*>(peers.slot(to, s)) + rank * chunk_bytes, mine, chunk_bytes, compute);
+    peers.barrier(compute);
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    const float* received = static_cast<const float*>(peers.slot(rank, s));
+    for (int from = 0; from < n; ++from) ok = ok && all_equal(received + from * count, count, static_cast<float>(from + 1));
+  }
+  if (!ok) shared->failures.fetch_add(1);
+  host_barrier(shared, n, round++);
+  if (rank == 0)
+    std::printf("checks: all-gather (pull) and reduce-scatter (push) over %d GPUs, 6 rounds: %s\n", n,
+                shared->failures.load() ? "FAILED" : "ok");
+
+  // 2. bandwidth: rank 0 pulls one peer's chunk, then every peer's at once (a stream each)
+  const int iters = 20;
+  if (rank == 0 && n > 1) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) PeerBuffers::copy(gathered, peers.slot(1, 0), chunk_bytes, copies);
+    CUDA_CHECK(cudaStreamSynchronize(copies));
+    const double one = ms_since(t0) / iters;
+    std::vector<cudaStream_t> streams(n);
+    for (auto& st : streams) CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i)
+      for (int k = 1; k < n; ++k) PeerBuffers::copy(gathered + k * count, peers.slot(k, 0), chunk_bytes, streams[k]);
+    for (int k = 1; k < n; ++k) CUDA_CHECK(cudaStreamSynchronize(streams[k]));
+    const double all = ms_since(t0) / iters;
+    std::printf("copy engines: %.1f MiB from one peer %.1f us (%.0f GB/s); from %d peers at once %.1f us (%.0f GB/s in)\n",
+                chunk_bytes / 1048576.0, one * 1e3, chunk_bytes / one / 1e6, n - 1, all * 1e3,
+                chunk_bytes * (n - 1) / all / 1e6);
+    for (auto& st : streams) CUDA_CHECK(cudaStreamDestroy(st));
+  }
+  host_barrier(shared, n, round++);
+
+  // 3. a GEMM alone, then beside the pulls (rank 0's GEMM; the others idle, their regions read)
+  if (rank == 0 && n > 1) {
+    cublasHandle_t blas;
+    cublasCreate(&blas);
+    cublasSetStream(blas, compute);
+    const int m = 8192;
+    __nv_bfloat16 *a, *b, *c;
+    CUDA_CHECK(cudaMalloc(&a, sizeof(__nv_bfloat16) * m * m));
+    CUDA_CHECK(cudaMalloc(&b, sizeof(__nv_bfloat16) * m * m));
+    CUDA_CHECK(cudaMalloc(&c, sizeof(__nv_bfloat16) * m * m));
+    CUDA_CHECK(cudaMemset(a, 0, sizeof(__nv_bfloat16) * m * m));
+    CUDA_CHECK(cudaMemset(b, 0, sizeof(__nv_bfloat16) * m * m));
+    const float one = 1, zero = 0;
+    auto gemm = [&] {
+      cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, a, CUDA_R_16BF, m, b, CUDA_R_16BF, m, &zero, c,
+                   CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    for (int i = 0; i < 3; ++i) gemm();
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) gemm();
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    const double alone = ms_since(t0) / iters;
+    int pulls = 0;
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) gemm();
+    while (cudaStreamQuery(compute) == cudaErrorNotReady) {  // keep the copy engines busy meanwhile
+      for (int k = 1; k < n; ++k, ++pulls) PeerBuffers::copy(gathered + k * count, peers.slot(k, 0), chunk_bytes, copies);
+      CUDA_CHECK(cudaStreamSynchronize(copies));
+    }
+    const double beside = ms_since(t0) / iters;
+    std::printf("GEMM 8192^3 bf16: %.3f ms alone (%.0f TFLOP/s), %.3f ms beside copy-engine pulls (%.3fx; %d pulls of %.1f MiB)\n",
+                alone, 2.0 * m * m * m / alone / 1e9, beside, beside / alone, pulls, chunk_bytes / 1048576.0);
+    cudaFree(a), cudaFree(b), cudaFree(c);
+    cublasDestroy(blas);
+  }
+  host_barrier(shared, n, round++);
+  cudaFree(gathered);
+  return shared->failures.load() ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The parent touches no CUDA (a child forked after CUDA's initialisation cannot use it): a
+  // forked probe counts the GPUs.
+  const pid_t probe = fork();
+  if (probe == 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    std::_Exit(count);
+  }
+  int probe_status = 0;
+  waitpid(probe, &probe_status, 0);
+  const int gpus = WIFEXITED(probe_status) ? WEXITSTATUS(probe_status) : 0;
+  if (gpus == 0) {
+    std::printf("no CUDA GPU here: skipped (run it on the GPU machine)\n");
+    return 77;
+  }
+  const int n = argc > 1 ? std::atoi(argv[1]) : gpus;
+  const size_t mib = argc > 2 ? static_cast<size_t>(std::atoi(argv[2])) : 16;
+  if (n < 2 || n > gpus || n > 32) {
+    std::printf("needs 2 to %d GPUs, got %d: skipped\n", gpus < 32 ? gpus : 32, n);
+    return 77;
+  }
+  auto* shared = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  new (shared) Shared{};
+  std::vector<pid_t> children;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) std::_Exit(run_rank(r, n, mib << 20, shared));
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  }
+  std::printf("peer_buffers: %s\n", failed ? "FAILED" : "all checks passed");
+  return failed;
+}

@@ -1,0 +1,105 @@
+#include "engine/kernels/peer_buffers.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace me::kernels {
+
+namespace {
+
+// The signal pad takes the region's first 256 bytes (up to 32 ranks), so the slots stay aligned.
+constexpr size_t kPadBytes = 256;
+constexpr int kMaxRanks = static_cast<int>(kPadBytes / sizeof(uint64_t));
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("PeerBuffers: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// One thread per other rank: tell rank j that this rank arrived (its word in j's pad), then wait
+// for j's word in this rank's pad. The fences order this rank's earlier writes before its signal
+// and the peers' writes before what follows the barrier on this stream.
+__global__ void barrier_kernel(uint64_t** pads, int rank, int size, uint64_t epoch) {
+  const int j = static_cast<int>(threadIdx.x);
+  if (j >= size || j == rank) return;
+  __threadfence_system();
+  volatile uint64_t* theirs = pads[j];
+  theirs[rank] = epoch;
+  volatile uint64_t* mine = pads[rank];
+  while (mine[j] < epoch) {
+  }
+  __threadfence_system();
+}
+
+}  // namespace
+
+PeerBuffers::PeerBuffers(int rank, int size, size_t slot_bytes) : rank_(rank), size_(size), slot_bytes_(slot_bytes) {
+  if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size)
+    throw std::runtime_error("PeerBuffers: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                             " (at most " + std::to_string(kMaxRanks) + " ranks)");
+  slot_bytes_ = (slot_bytes + 255) / 256 * 256;
+  void* p = nullptr;
+  check(cudaMalloc(&p, kPadBytes + 2 * slot_bytes_), "cudaMalloc of the region");
+  mine_ = static_cast<char*>(p);
+  check(cudaMemset(mine_, 0, kPadBytes), "clearing the signal pad");
+  check(cudaDeviceSynchronize(), "clearing the signal pad");  // zero before any peer can signal
+  regions_.assign(static_cast<size_t>(size), nullptr);
+  regions_[static_cast<size_t>(rank)] = mine_;
+}
+
+PeerBuffers::~PeerBuffers() {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && regions_[static_cast<size_t>(r)]) cudaIpcCloseMemHandle(regions_[static_cast<size_t>(r)]);
+  if (device_pads_) cudaFree(device_pads_);
+  if (mine_) cudaFree(mine_);
+}
+
+std::vector<uint8_t> PeerBuffers::handle() const {
+  static_assert(sizeof(cudaIpcMemHandle_t) == kHandleBytes, "CUDA_IPC_HANDLE_SIZE changed");
+  cudaIpcMemHandle_t h;
+  check(cudaIpcGetMemHandle(&h, mine_), "cudaIpcGetMemHandle");
+  std::vector<uint8_t> out(kHandleBytes);
+  std::memcpy(out.data(), &h, kHandleBytes);
+  return out;
+}
+
+void PeerBuffers::open(const std::vector<uint8_t>& handles) {
+  if (handles.size() != static_cast<size_t>(size_) * kHandleBytes)
+    throw std::runtime_error("PeerBuffers::open: expected " + std::to_string(size_) + " handles");
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handles.data() + static_cast<size_t>(r) * kHandleBytes, kHandleBytes);
+    void* p = nullptr;
+    check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
+          ("cudaIpcOpenMemHandle of rank " + std::to_string(r) + "'s region (are the GPUs of one node, with peer access?)").c_str());
+    regions_[static_cast<size_t>(r)] = static_cast<char*>(p);
+  }
+  std::vector<uint64_t*> pads(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) pads[static_cast<size_t>(r)] = reinterpret_cast<uint64_t*>(regions_[static_cast<size_t>(r)]);
+  void* d = nullptr;
+  check(cudaMalloc(&d, pads.size() * sizeof(uint64_t*)), "cudaMalloc of the pad table");
+  device_pads_ = static_cast<uint64_t**>(d);
+  check(cudaMemcpy(device_pads_, pads.data(), pads.size() * sizeof(uint64_t*), cudaMemcpyHostToDevice), "copying the pad table");
+}
+
+void* PeerBuffers::slot(int r, int slot) const {
+  char* region = regions_.at(static_cast<size_t>(r));
+  if (!region) throw std::runtime_error("PeerBuffers::slot: rank " + std::to_string(r) + "'s region is not open");
+  return region + kPadBytes + static_cast<size_t>(slot) * slot_bytes_;
+}
+
+void PeerBuffers::barrier(void* stream) {
+  if (size_ == 1) return;
+  if (!device_pads_) throw std::runtime_error("PeerBuffers::barrier before open()");
+  barrier_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, rank_, size_, ++epoch_);
+  check(cudaGetLastError(), "barrier kernel launch");
+}
+
+void PeerBuffers::copy(void* dst, const void* src, size_t bytes, void* stream) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)), "cudaMemcpyAsync");
+}
+
+}  // namespace me::kernels
