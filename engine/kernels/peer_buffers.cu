@@ -99,7 +99,7 @@ void PeerBuffers::barrier(void* stream) {
 }
 
 void PeerBuffers::copy(void* dst, const void* src, size_t bytes, void* stream) {
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)), "cudaMemcpyAsync");
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)), "cudaMemcpyAsync");  // peers by UVA
 }
 
 }  // namespace me::kernels
