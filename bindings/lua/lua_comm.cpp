@@ -38,9 +38,7 @@ comm::CommOptions read_options(lua_State* L, int t) {
   o.heartbeat_s = field_number(L, t, "heartbeat_s", "comm", o.heartbeat_s);
   o.dead_after_s = field_number(L, t, "dead_after_s", "comm", o.dead_after_s);
   o.nccl_cta_policy = field_string(L, t, "nccl_cta_policy", "comm", o.nccl_cta_policy);
-  ME_CHECK(o.timeout_s > 0 && o.rendezvous_timeout_s > 0 && o.heartbeat_s > 0,
-           "comm: timeout_s, rendezvous_timeout_s and heartbeat_s must be positive");
-  ME_CHECK(o.dead_after_s >= 0, "comm: dead_after_s must be >= 0 (0: off), got ", o.dead_after_s);
+  o.check();  // the recipe's checks (comm_options.cpp), before anything connects
   return o;
 }
 

@@ -82,9 +82,6 @@ Communicator::Communicator(launch::LaunchEnv env, CommOptions options) : env_(st
   backend_ = options_.backend == "auto" ? (cuda ? "nccl" : "gloo") : options_.backend;
   ME_CHECK(backend_ == "gloo" || backend_ == "nccl", "unknown communication backend '", backend_,
            "': expected gloo, nccl or auto");
-  ME_CHECK(options_.dead_after_s == 0 || options_.dead_after_s >= 3 * options_.heartbeat_s,
-           "comm.dead_after_s (", options_.dead_after_s, ") must be 0 (off) or at least 3 x comm.heartbeat_s (",
-           options_.heartbeat_s, "): a rank is declared dead only after several missed heartbeats");
   if (backend_ == "nccl") {
     ME_CHECK(cuda, "the nccl backend drives CUDA tensors: set device=cuda (or backend=gloo for CPU)");
     cuda_device_ = select_cuda_device(env_.local_rank);

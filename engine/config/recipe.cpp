@@ -149,6 +149,13 @@ bool known_device(const std::string& d) {
 void Recipe::check() const {
   // Whether a GPU is there is the run's to find out: a dry run may plan a cluster from a laptop.
   ME_CHECK(known_device(device), "unknown device '", device, "': expected cpu, cuda or cuda:N");
+  // fp8 (issue #36): the linear layers' GEMMs in fp8 on Hopper GPUs. Its casts and scaling exist
+  // (kernels/fp8_cast.cu, kernels/fp8_scaling.h); the layers do not use them yet.
+  ME_CHECK(precision != "fp8" || device.rfind("cuda", 0) == 0,
+           "precision = \"fp8\" runs the linear layers' GEMMs in fp8 on Hopper GPUs (H100, H200); the CPU has no fp8 ",
+           "GEMMs and LibTorch ", "1.13 no fp8 types: use precision = \"bf16\" or \"fp32\" on the CPU");
+  ME_CHECK(precision != "fp8", "precision = \"fp8\" is not available yet: its casts and scaling are built ",
+           "(issue #36) but the linear layers do not run fp8 GEMMs yet; use precision = \"bf16\"");
   ME_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
            "precision must be fp32, bf16 or fp16, got '", precision, "'");
   data.check();

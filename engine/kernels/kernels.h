@@ -96,6 +96,19 @@ bool gemm_bias_gelu(const void* x, const void* w, const void* bias, void* pre, v
 bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad_pre, int64_t rows,
                 int64_t out_features, int64_t in_features, void* stream);
 
+// --- fp8 casts for Hopper's fp8 GEMMs (fp8_cast.cu) -------------------------------------------
+// E4M3 (max 448; weights and activations) and E5M2 (max 57344; gradients), as cuda_fp8.h's
+// __nv_fp8_e4m3 / __nv_fp8_e5m2 with saturation to the largest finite value (NaN stays NaN).
+enum class Fp8 : int32_t { e4m3 = 0, e5m2 = 1 };
+inline float fp8_max(Fp8 f) { return f == Fp8::e4m3 ? 448.f : 57344.f; }
+// One pass over x [rows, cols] (row-major, bf16 or f32): out = fp8(x * scale[0]) row-major, and,
+// when out_t is not null, the same values transposed ([cols, rows], row-major: the K-major
+// operand cuBLASLt's fp8 GEMMs need for the weight and input gradients); amax[0] = max(amax[0],
+// max |x|) (for the scale of later steps: delayed scaling). scale and amax are device fp32.
+// Columns and rows of any size (tiles of 32 x 32 with edges).
+void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
+                        uint8_t* out_t, float* amax, void* stream);
+
 // --- Multi-tensor optimizer kernels ----------------------------------------------------------
 // One launch over every parameter: a table of tensors (device memory, built once: the
 // pointers never move) cut into fixed-size chunks, one thread block per chunk.

@@ -4,33 +4,9 @@
 # completion (fields, methods), help(), and history kept across sessions (ME_HISTORY).
 set -u
 bin=$1
-base=me-repl-$$
-sock=$base
-tmp=$(mktemp -d)
-cleanup() { tmux -L "$base" kill-server 2>/dev/null; tmux -L "$base-2" kill-server 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-tmux -L "$sock" new-session -d -s repl -x 160 -y 60 "ME_HISTORY=$tmp/history $bin; echo REPL-EXITED; sleep 30"
-
-screen() { tmux -L "$sock" capture-pane -p -t repl -S -200; }
-# wait_for TEXT [SECONDS]: polls the screen for up to SECONDS (20)
-wait_for() {
-  for _ in $(seq 1 $((${2:-20} * 5))); do
-    if screen | grep -qF -- "$1"; then return 0; fi
-    sleep 0.2
-  done
-  echo "FAILED: '$1' never appeared on the REPL screen:"; screen; exit 1
-}
-# wait_for_line TEXT: polls for a screen line that is exactly TEXT (a bare value such as "2")
-wait_for_line() {
-  for _ in $(seq 1 100); do
-    if screen | grep -qxF -- "$1"; then return 0; fi
-    sleep 0.2
-  done
-  echo "FAILED: no line '$1' on the REPL screen:"; screen; exit 1
-}
-type_keys() { tmux -L "$sock" send-keys -t repl -l -- "$1"; }
-send() { type_keys "$1"; tmux -L "$sock" send-keys -t repl Enter; }
-tab() { tmux -L "$sock" send-keys -t repl Tab; }
+source "$(dirname "$0")/tmux_repl.sh"
+repl_start
+tab() { keys Tab; }
 
 wait_for "me>"
 # An expression typed alone prints its value, as Lua 5.4's REPL does.
@@ -69,11 +45,11 @@ send 'print("trainer " .. "ready")'
 wait_for "trainer ready"
 type_keys 'trainer:sam'; tab  # (sa: sample and save)
 wait_for "me> trainer:sample"
-tmux -L "$sock" send-keys -t repl C-u
+keys C-u
 type_keys 'trainer:'; tab; tab  # ambiguous: the second Tab lists every method
 wait_for "trainer:evaluate"
 wait_for "trainer:iteration"
-tmux -L "$sock" send-keys -t repl C-u
+keys C-u
 
 # A run in the REPL: on a terminal the progress line carries the time left, "(ETA ...)".
 send 'r = dofile("recipes/gpt_tiny_bytes.lua"); me.apply_overrides(r, {"train.iters=6", "train.log_interval=2", "train.eval_iters=0", "sample.tokens=0", "schedule.warmup_iters=1", "batch.micro=2", "model.seq=32"}); s = me.trainer(r):run()'
@@ -88,18 +64,17 @@ send 'help("parallel")'
 wait_for "tp_comm_overlap"
 send 'help(trainer)'
 wait_for "trainer (me.Trainer): methods, called as trainer:<name>(...)"
-tmux -L "$sock" send-keys -t repl C-d
+keys C-d
 wait_for "REPL-EXITED"
 grep -qF 'me.tensor.ones{2,2}' "$tmp/history" || { echo "FAILED: history file lacks the first line"; cat "$tmp/history"; exit 1; }
 
 # A second session finds the first one's lines in its history (Up recalls the last of them).
 # It gets a server of its own: a new one on the old socket can race the old one's exit.
 tmux -L "$sock" kill-server 2>/dev/null
-sock=$base-2
-tmux -L "$sock" new-session -d -s repl -x 160 -y 60 "ME_HISTORY=$tmp/history $bin; echo REPL-EXITED; sleep 30"
+repl_start "$sock-2"
 wait_for "me>"
-tmux -L "$sock" send-keys -t repl Up
+keys Up
 wait_for "me> help(trainer)"
-tmux -L "$sock" send-keys -t repl C-u C-d
+keys C-u C-d
 wait_for "REPL-EXITED"
 echo "repl_tmux: all checks passed"

@@ -6,6 +6,7 @@
 #include "engine/core/error.h"
 #include "engine/plan/memory_advice.h"
 #include "engine/plan/memory_estimate.h"
+#include "tests/unit/plan_fixture.h"
 
 using me::plan::MemoryPlan;
 using me::model::PipelineStage;
@@ -28,11 +29,7 @@ TransformerConfig llama1b() {
 }
 
 MemoryPlan plan(const TransformerConfig& c, int world, int tp, int pp, int64_t micro, int64_t global = 0) {
-  MemoryPlan p;
-  p.model = c;
-  p.world = world, p.tp = tp, p.pp = pp, p.micro_batch = micro, p.global_batch = global;
-  p.precision = "bf16";
-  return p;
+  return me::plan::test::plan_of(c, world, tp, pp, micro, global);
 }
 
 }  // namespace

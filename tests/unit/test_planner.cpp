@@ -9,11 +9,13 @@
 #include "engine/plan/device_profile.h"
 #include "engine/plan/layout_search.h"
 #include "engine/plan/step_time.h"
+#include "tests/unit/plan_fixture.h"
 
 using me::plan::Collective;
 using me::plan::DeviceProfile;
 using me::plan::MemoryPlan;
 using me::model::TransformerConfig;
+using me::plan::test::plan_of;
 
 namespace {
 
@@ -44,13 +46,6 @@ TransformerConfig tiny() {
   return c;
 }
 
-MemoryPlan plan_of(const TransformerConfig& c, int world, int tp, int pp, int64_t micro, int64_t global) {
-  MemoryPlan p;
-  p.model = c;
-  p.world = world, p.tp = tp, p.pp = pp, p.micro_batch = micro, p.global_batch = global;
-  p.precision = "bf16";
-  return p;
-}
 
 }  // namespace
 
