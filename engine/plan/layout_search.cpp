@@ -172,8 +172,8 @@ std::string plan_report(const PlanRequest& r, const PlanResult& result, int top,
     out += cat("\nwhy #1: ", fixed(n.total - a.total, 1), " ms per step faster than #2 (",
                fixed(100 * (n.total / a.total - 1), 1), "%), mostly its ", most->first, ": ", fixed(most->second, 1),
                " ms less");
-    out += result.fitting[0].memory < result.fitting[1].memory ? cat("; it also needs ", format_gb(result.fitting[1].memory - result.fitting[0].memory), " less memory\n")
-                                                               : "\n";
+    const double saved = result.fitting[1].memory - result.fitting[0].memory;
+    out += saved >= 0.05e9 ? cat("; it also needs ", format_gb(saved), " less memory\n") : "\n";
   }
   if (shown >= 1 && result.fitting.front().plan.tp > 1 && r.nodes > 1) {
     // The same layout with its tensor-parallel groups spread over nodes: the collectives of
