@@ -31,19 +31,13 @@ local function expect(cond, what)
   if not cond then error(("rank %d: wrong result in %s"):format(r, what)) end
 end
 
+-- all_reduce, all_gather, reduce_scatter and sendrecv as `megaengine plan --calibrate` times them
+-- (bindings/lua/calibrate.lua); the in-place and broadcast cases are this benchmark's own.
+local shared = require("megaengine.calibrate").collective_cases(w, gpu)
+local function shared_case(name) return { name = name, factor = shared[name].factor, run = shared[name].make } end
 local cases = {
-  { name = "all_reduce", factor = 2 * (n - 1) / n, run = function(count)
-      local t = ones(count, r + 1)
-      w:all_reduce(t, "sum")
-      expect(t:to("cpu")[1]:item() == n * (n + 1) / 2, "all_reduce")
-      return function() w:all_reduce(t, "sum") end
-    end },
-  { name = "all_gather", factor = (n - 1) / n, run = function(count)
-      local part = ones(count // n, r)
-      local g = w:all_gather(part)
-      expect(g:to("cpu")[count]:item() == n - 1, "all_gather")
-      return function() w:all_gather(part) end
-    end },
+  shared_case "all_reduce",
+  shared_case "all_gather",
   { name = "all_gather_sym", factor = (n - 1) / n, run = function(count)
       -- in place in memory the group registers (an NCCL window), as the distributed optimizer gathers
       local each = count // n
@@ -54,12 +48,7 @@ local cases = {
       expect(buf:to("cpu")[each * n]:item() == n - 1, "all_gather_sym")
       return function() w:all_gather(part, buf) end
     end },
-  { name = "reduce_scatter", factor = (n - 1) / n, run = function(count)
-      local t = ones(count, 1)
-      local c = w:reduce_scatter(t, "sum")
-      expect(c:to("cpu")[1]:item() == n, "reduce_scatter")
-      return function() w:reduce_scatter(t, "sum") end
-    end },
+  shared_case "reduce_scatter",
   { name = "reduce_scatter_sym", factor = (n - 1) / n, run = function(count)
       -- in place in a registered window, as the column layers' input gradients are reduce-scattered
       -- with parallel.tp_symmetric_mb (the sums grow with each timed call: harmless)
@@ -77,15 +66,7 @@ local cases = {
       expect(t:to("cpu")[count]:item() == 3, "broadcast")
       return function() w:broadcast(t, 0) end
     end },
-  { name = "sendrecv", factor = 1, run = function(count)
-      -- pairs (0,1), (2,3)...: even ranks send, odd ranks receive
-      local t = ones(count, r)
-      local peer = r % 2 == 0 and r + 1 or r - 1
-      local function step() if r % 2 == 0 then w:send(t, peer) else w:recv(t, peer) end end
-      step()
-      if r % 2 == 1 then expect(t:to("cpu")[1]:item() == r - 1, "sendrecv") end
-      return step
-    end },
+  shared_case "sendrecv",
 }
 
 if r == 0 then

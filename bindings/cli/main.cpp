@@ -19,6 +19,7 @@
 #include "bindings/cli/repl.h"
 #include "engine/core/exit_status.h"
 #include "engine/core/log.h"
+#include "engine/core/strings.h"  // positive_count
 #include "engine/plan/memory_advice.h"
 #include "engine/core/build_config.h"  // ME_HAVE_TOKENIZERS
 #if ME_HAVE_TOKENIZERS
@@ -56,13 +57,6 @@ const char* kUsage =
     "  megaengine --help | --version\n"
     "\n"
     "environment: ME_LOG_LEVEL=trace|debug|info|warn|error, ME_ASSET_DIR, ME_HISTORY\n";
-
-// "--nproc 4", "--world 16": a positive count, or 0 when the text is not one.
-long positive_count(const char* text) {
-  char* end = nullptr;
-  const long v = text ? std::strtol(text, &end, 10) : 0;
-  return (!text || !end || *end || v < 1 || v > 1 << 20) ? 0 : v;
-}
 
 int die(const std::string& message) {
   std::fflush(stdout);
@@ -158,7 +152,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     // The dry run's flags come before or after the recipe (an override never starts with "--").
     if (a == "--world" || a == "--gpus-per-node") {
-      const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
+      const long v = me::positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
       if (v == 0) return usage(a + " needs a positive number of GPUs, got '" + (i + 1 < argc ? argv[i + 1] : "") + "'");
       (a == "--world" ? file_options.world : file_options.gpus_per_node) = static_cast<int>(v);
       ++i;
@@ -213,7 +207,7 @@ int main(int argc, char** argv) {
       const bool ok = host.run_chunk("print(require('megaengine.fields').describe(" + section + "))", "=fields", &error);
       return ok ? 0 : die(error.substr(0, error.find("\nstack traceback")));
     } else if (a == "--nproc") {
-      const long v = positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
+      const long v = me::positive_count(i + 1 < argc ? argv[i + 1] : nullptr);
       if (v == 0 || v > 4096)
         return usage(std::string("--nproc needs a positive number of processes, got '") + (i + 1 < argc ? argv[i + 1] : "") + "'");
       nproc = static_cast<int>(v);

@@ -8,6 +8,7 @@
 #include "bindings/lua/lua_host.h"
 #include "engine/core/exit_status.h"
 #include "engine/core/log.h"
+#include "engine/core/strings.h"  // positive_count
 #include "engine/plan/device_profile.h"
 #include "engine/plan/memory_advice.h"
 
@@ -50,12 +51,6 @@ int usage_error(const std::string& message) {
   return kExitUsage;
 }
 
-long count(const char* text) {
-  char* end = nullptr;
-  const long v = text ? std::strtol(text, &end, 10) : 0;
-  return (!text || !end || *end || v < 1 || v > 1 << 20) ? 0 : v;
-}
-
 }  // namespace
 
 int plan_main(int argc, char** argv) {
@@ -74,7 +69,7 @@ int plan_main(int argc, char** argv) {
       return 0;
     }
     if (a == "--nodes" || a == "--gpus-per-node" || a == "--top") {
-      const long v = count(value);
+      const long v = positive_count(value);
       if (v == 0) return usage_error(a + " needs a positive number, got '" + (value ? value : "") + "'");
       (a == "--nodes" ? o.nodes : a == "--top" ? o.top : o.gpus_per_node) = static_cast<int>(v);
       ++i;

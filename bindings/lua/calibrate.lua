@@ -82,11 +82,50 @@ function M.run(opts)
   return measured
 end
 
+-- The collectives that --calibrate and bench/comm_bandwidth.lua time, over communicator w with
+-- tensors on `dev`, by name: factor (nccl-tests' bus bandwidth = bytes x factor / time) and
+-- make(count), which checks one call's values on `count` float32 elements and returns the call to
+-- time. send/recv pairs ranks (0, 1), (2, 3), ...; an odd last rank idles.
+function M.collective_cases(w, dev)
+  local r, n = w:rank(), w:size()
+  local function ones(count, value) return me.tensor.ones({ count }, { device = dev }) * value end
+  local function check(ok, what) if not ok then error(("rank %d: wrong result in %s"):format(r, what), 0) end end
+  return {
+    all_reduce = { factor = 2 * (n - 1) / n, make = function(count)
+      local t = ones(count, r + 1)
+      w:all_reduce(t, "sum")
+      check(t:to("cpu")[1]:item() == n * (n + 1) / 2, "all_reduce")
+      return function() w:all_reduce(t, "sum") end
+    end },
+    all_gather = { factor = (n - 1) / n, make = function(count)
+      local part = ones(count // n, r)
+      check(w:all_gather(part):to("cpu")[count // n * n]:item() == n - 1, "all_gather")
+      return function() w:all_gather(part) end
+    end },
+    reduce_scatter = { factor = (n - 1) / n, make = function(count)
+      local t = ones(count // n * n, 1)
+      check(w:reduce_scatter(t, "sum"):to("cpu")[1]:item() == n, "reduce_scatter")
+      return function() w:reduce_scatter(t, "sum") end
+    end },
+    sendrecv = { factor = 1, make = function(count)
+      local t = ones(count, r)
+      local peer = r % 2 == 0 and r + 1 or r - 1
+      local function step()
+        if peer >= n then return end
+        if r % 2 == 0 then w:send(t, peer) else w:recv(t, peer) end
+      end
+      step()
+      if r % 2 == 1 then check(t:to("cpu")[1]:item() == r - 1, "sendrecv") end
+      return step
+    end },
+  }
+end
+
 -- Bus bandwidth (GB/s, nccl-tests' convention) of each collective by message bytes over every
--- rank, all on one node.
+-- rank, all on one node: the profile's intra_node link.
 function M.collectives(device, dev, s, say)
   local w = me.comm.init { device = device, timeout_s = 300 }
-  local r, n = w:rank(), w:size()
+  local n = w:size()
   local function sync() if device ~= "cpu" then me.cuda.synchronize() end end
   local function timed(fn)
     fn(); fn()
@@ -98,37 +137,9 @@ function M.collectives(device, dev, s, say)
     w:all_reduce(t, "max")  -- the slowest rank's time
     return t:to("cpu"):item()
   end
-  local function ones(count, value) return me.tensor.ones({ count }, { device = dev }) * value end
-  local function check(ok, what) if not ok then error(("calibrate: rank %d: wrong result in %s"):format(r, what), 0) end end
-  local cases = {
-    all_gather_gbps = { factor = (n - 1) / n, make = function(count)
-      local part = ones(count // n, r)
-      check(w:all_gather(part):to("cpu")[count // n * n]:item() == n - 1, "all_gather")
-      return function() w:all_gather(part) end
-    end },
-    reduce_scatter_gbps = { factor = (n - 1) / n, make = function(count)
-      local t = ones(count // n * n, 1)
-      check(w:reduce_scatter(t, "sum"):to("cpu")[1]:item() == n, "reduce_scatter")
-      return function() w:reduce_scatter(t, "sum") end
-    end },
-    all_reduce_gbps = { factor = 2 * (n - 1) / n, make = function(count)
-      local t = ones(count, r + 1)
-      w:all_reduce(t, "sum")
-      check(t:to("cpu")[1]:item() == n * (n + 1) / 2, "all_reduce")
-      return function() w:all_reduce(t, "sum") end
-    end },
-    send_recv_gbps = { factor = 1, make = function(count)  -- pairs (0, 1), (2, 3), ...; an odd last rank idles
-      local t = ones(count, r)
-      local peer = r % 2 == 0 and r + 1 or r - 1
-      local function step()
-        if peer >= n then return end
-        if r % 2 == 0 then w:send(t, peer) else w:recv(t, peer) end
-      end
-      step()
-      if r % 2 == 1 then check(t:to("cpu")[1]:item() == r - 1, "send_recv") end
-      return step
-    end },
-  }
+  local all = M.collective_cases(w, dev)
+  local cases = { all_gather_gbps = all.all_gather, reduce_scatter_gbps = all.reduce_scatter,
+                  all_reduce_gbps = all.all_reduce, send_recv_gbps = all.sendrecv }
   local link = { latency_us = 0 }
   for _, name in ipairs { "all_gather_gbps", "reduce_scatter_gbps", "all_reduce_gbps", "send_recv_gbps" } do
     link[name] = {}

@@ -9,7 +9,6 @@
 #include "engine/plan/step_time.h"
 
 #include <cstdio>
-#include <cstdlib>
 
 namespace me::lua {
 namespace {
@@ -33,16 +32,14 @@ std::string steps_line(const config::Recipe& spec, int world) {
 }
 
 // The planner's estimate for this layout (engine/plan/step_time.h), to set beside the run's
-// "elapsed time per iteration": --gpu NAME / --profile FILE, else ME_PLAN_GPU, else H100.
+// "elapsed time per iteration", on the profile plan::select_profile picks.
 std::string step_time_line(lua_State* L, const config::Recipe& spec, const plan::DryRunOptions& o) {
   std::string file, gpu;
   if (lua_istable(L, 2)) {
     file = field_string(L, 2, "profile", "--profile", std::string());
     gpu = field_string(L, 2, "gpu", "--gpu", std::string());
   }
-  const char* env = std::getenv("ME_PLAN_GPU");
-  if (gpu.empty()) gpu = env && *env ? env : "h100-80gb";
-  const auto profile = file.empty() ? plan::builtin_profile(gpu) : plan::load_profile_file(file);
+  const auto profile = plan::select_profile(file, gpu);
   const auto t = plan::estimate_step_time(plan::memory_plan(spec, o.world), profile, o.gpus_per_node);
   char head[160];
   std::snprintf(head, sizeof head, "estimated step time on %s: %.3f s, %.0f tokens/s, MFU %.1f%%", profile.name.c_str(),

@@ -28,12 +28,10 @@
 namespace me::lua {
 namespace {
 
-// The profile the options name: --profile FILE, else --gpu NAME, else ME_PLAN_GPU, else H100.
-plan::DeviceProfile profile_of(lua_State* L) {
-  const auto file = field_string(L, 2, "profile", "--profile", std::string());
-  if (!file.empty()) return plan::load_profile_file(file);
-  const char* env = std::getenv("ME_PLAN_GPU");
-  return plan::builtin_profile(field_string(L, 2, "gpu", "--gpu", std::string(env && *env ? env : "h100-80gb")));
+// The profile the options name (plan::select_profile: --profile, --gpu, ME_PLAN_GPU, H100).
+plan::DeviceProfile profile_of(lua_State* L, int opts) {
+  return plan::select_profile(field_string(L, opts, "profile", "--profile", std::string()),
+                              field_string(L, opts, "gpu", "--gpu", std::string()));
 }
 
 plan::PlanRequest request_of(lua_State* L, const config::Recipe& spec) {
@@ -57,7 +55,7 @@ plan::PlanRequest request_of(lua_State* L, const config::Recipe& spec) {
   }
   r.nodes = nodes > 0 ? nodes : 1;
   r.gpus_per_node = per_node > 0 ? per_node : 8;
-  r.profile = profile_of(L);
+  r.profile = profile_of(L, 2);
   const auto memory = field_string(L, 2, "gpu_memory", "--gpu-memory", std::string());
   if (!memory.empty()) r.gpu_bytes = plan::parse_memory_size(memory);
   return r;
@@ -186,9 +184,8 @@ plan::Curve read_curve(lua_State* L, int t, const char* field) {
 int write_profile(lua_State* L) {
   check_table(L, 1);
   const auto path = check_string(L, 2), base_name = check_string(L, 3);
-  auto p = base_name.find('/') != std::string::npos || base_name.find(".json") != std::string::npos
-               ? plan::load_profile_file(base_name)
-               : plan::builtin_profile(base_name);
+  const bool file = base_name.find('/') != std::string::npos || base_name.find(".json") != std::string::npos;
+  auto p = plan::select_profile(file ? base_name : std::string(), file ? std::string() : base_name);
   p.name = field_string(L, 1, "name", "profile.name");
   p.gpu = field_string(L, 1, "gpu", "profile.gpu");
   p.source = field_string(L, 1, "source", "profile.source");

@@ -1,6 +1,7 @@
 // Joining and splitting strings, for the few places that print or parse lists (doctor's checks,
 // the environment probe). Header-only and torch-free.
 #pragma once
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +23,14 @@ inline std::vector<std::string> split_nonempty(const std::string& s, char sep) {
   while (std::getline(ss, part, sep))
     if (!part.empty()) out.push_back(part);
   return out;
+}
+
+// "4" -> 4: a count of GPUs, processes or layouts given on the command line; 0 when `text` is
+// missing, not a whole number, below 1 or above 2^20.
+inline long positive_count(const char* text) {
+  char* end = nullptr;
+  const long v = text ? std::strtol(text, &end, 10) : 0;
+  return (!text || !end || *end || v < 1 || v > 1 << 20) ? 0 : v;
 }
 
 }  // namespace me

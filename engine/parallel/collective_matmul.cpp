@@ -29,15 +29,18 @@ namespace me::parallel {
 
 namespace {
 #if ME_TORCH_HAS_CUDA
-// One side stream per GPU for tensor-parallel collectives.
-c10::cuda::CUDAStream tp_stream(c10::DeviceIndex device) {
+// Side streams kept per GPU, by use: `index` 0 for the NCCL collectives (high priority), k >= 1
+// for the copies to or from the k-th peer of the copy-engine collectives.
+c10::cuda::CUDAStream side_stream(c10::DeviceIndex device, int index) {
   static std::mutex mutex;
-  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  static std::map<std::pair<c10::DeviceIndex, int>, c10::cuda::CUDAStream> streams;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams.find(device);
-  if (it == streams.end()) it = streams.emplace(device, c10::cuda::getStreamFromPool(true, device)).first;
+  auto it = streams.find({device, index});
+  if (it == streams.end())
+    it = streams.emplace(std::make_pair(device, index), c10::cuda::getStreamFromPool(index == 0, device)).first;
   return it->second;
 }
+c10::cuda::CUDAStream tp_stream(c10::DeviceIndex device) { return side_stream(device, 0); }
 #endif
 
 torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); }
@@ -51,16 +54,9 @@ torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); 
 // after its compute stream has waited for its reads of the collective before that, the last to
 // use slot s (the pulled copies, or the sums of what was pushed to it).
 
-// Copy streams per GPU, one per peer, so that the pulls from (pushes to) several peers run on
-// several copy engines at once.
-c10::cuda::CUDAStream peer_stream(c10::DeviceIndex device, int k) {
-  static std::mutex mutex;
-  static std::map<std::pair<c10::DeviceIndex, int>, c10::cuda::CUDAStream> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams.find({device, k});
-  if (it == streams.end()) it = streams.emplace(std::make_pair(device, k), c10::cuda::getStreamFromPool(false, device)).first;
-  return it->second;
-}
+// One copy stream per peer, so that the pulls from (pushes to) several peers run on several copy
+// engines at once.
+c10::cuda::CUDAStream peer_stream(c10::DeviceIndex device, int k) { return side_stream(device, k); }
 
 size_t nbytes(const torch::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -183,6 +184,13 @@ DeviceProfile builtin_profile(const std::string& name) {
     known += (known.empty() ? "" : ", ") + std::string(e->name);
   }
   fail("--gpu '", name, "' is not a known profile; built in: ", known, " (or --profile FILE from megaengine plan --calibrate)");
+}
+
+DeviceProfile select_profile(const std::string& file, const std::string& gpu) {
+  if (!file.empty()) return load_profile_file(file);
+  if (!gpu.empty()) return builtin_profile(gpu);
+  const char* env = std::getenv("ME_PLAN_GPU");
+  return builtin_profile(env && *env ? env : "h100-80gb");
 }
 
 }  // namespace me::plan

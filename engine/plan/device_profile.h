@@ -55,5 +55,8 @@ std::string profile_to_json(const DeviceProfile& p);
 std::vector<std::string> builtin_profile_names();
 // A built-in profile by name ("h100-80gb"); a clear error listing the known names otherwise.
 DeviceProfile builtin_profile(const std::string& name);
+// The profile a command means: the file (--profile) when given, else the built-in `gpu` (--gpu),
+// else ME_PLAN_GPU, else h100-80gb.
+DeviceProfile select_profile(const std::string& file, const std::string& gpu);
 
 }  // namespace me::plan

@@ -55,6 +55,15 @@ double collective_ms(const LinkProfile& link, Collective kind, double bytes, int
 
 namespace {
 
+// One tensor-parallel exchange of a [tokens x hidden] activation of `bytes`: an all-gather and a
+// reduce-scatter under sequence parallelism, else an all-reduce (ms, standalone).
+double tp_exchange_ms(const LinkProfile& link, bool sequence_parallel, double bytes, int tp) {
+  if (tp <= 1) return 0;
+  return sequence_parallel ? collective_ms(link, Collective::all_gather, bytes, tp) +
+                                 collective_ms(link, Collective::reduce_scatter, bytes, tp)
+                           : collective_ms(link, Collective::all_reduce, bytes, tp);
+}
+
 // One micro-batch through one layer on one GPU, ms, by term.
 struct LayerTime {
   double gemm = 0, attention = 0, other = 0, tp = 0;
@@ -96,14 +105,8 @@ LayerTime layer_time(const MemoryPlan& plan, const DeviceProfile& p, const LinkP
   t.other = other;
   // Tensor parallelism: forward and backward each gather and scatter twice (sequence
   // parallelism) or all-reduce twice, over the whole [tokens x hidden] activation.
-  double tp_fwd = 0;
-  if (tp > 1) {
-    const double bytes = T * h * dtype;
-    tp_fwd = plan.sequence_parallel ? 2 * (collective_ms(tp_link, Collective::all_gather, bytes, tp) +
-                                           collective_ms(tp_link, Collective::reduce_scatter, bytes, tp))
-                                    : 2 * collective_ms(tp_link, Collective::all_reduce, bytes, tp);
-    t.tp = 2 * tp_fwd * p.tp_exposed_at(tp);
-  }
+  const double tp_fwd = 2 * tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp);
+  t.tp = 2 * tp_fwd * p.tp_exposed_at(tp);
   // Recomputation runs (part of) the forward again inside backward.
   if (c.recompute == "full") {
     const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, c.recompute_every));
@@ -142,12 +145,7 @@ StepTime estimate_step_time(const MemoryPlan& plan, const DeviceProfile& p, int 
   const double V = static_cast<double>(c.padded_vocab(tp));
   const double output_gemm = gemm_ms(p, T, V / tp, h) + gemm_ms(p, T, h, V / tp) + gemm_ms(p, V / tp, h, T);
   const double loss_other = ms(T * (V / tp) * dtype * 4 / (p.memory_gbps * 1e9));  // logits, softmax, in-place gradient
-  const double output_tp = tp > 1 ? (plan.sequence_parallel
-                                         ? collective_ms(tp_link, Collective::all_gather, T * h * dtype, tp) +
-                                               collective_ms(tp_link, Collective::reduce_scatter, T * h * dtype, tp)
-                                         : collective_ms(tp_link, Collective::all_reduce, T * h * dtype, tp)) *
-                                        p.tp_exposed_at(tp)
-                                  : 0;
+  const double output_tp = tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp) * p.tp_exposed_at(tp);
   const double embedding_other = ms(T * h * dtype * 3 / (p.memory_gbps * 1e9));
   double busiest = -1;
   LayerTime stage_terms;
