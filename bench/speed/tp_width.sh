@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Tensor parallelism at the user's widths (issue #35), in one device call: the marginal time of
 # a transformer layer (layers L and 2L, so that the embedding and the output layer cancel) at
-# tp 1 (one GPU), tp 2 and tp 4, sequence parallelism on and off, and with SP the copy-engine
-# backend (parallel.tp_comm_backend = "copy_engine") beside NCCL's; per-GPU efficiency = the tp 1
-# layer time / (tp x the layer time at tp); the exposed TP communication per layer from the step
-# profile (train.profile_at) of each 2L run. GPT-39B width (h 8192, 64 heads, seq 2048) and
-# LLaMA-2-70B width (GQA 8, ffn 28672, seq 4096); micro 1, global 8, bf16, the recipes' defaults.
+# tp 1 (one GPU), tp 2 and tp 4, for each variant: sequence parallelism on and off, the
+# overlapped all-gathers as a ring or in bulk (parallel.tp_gather), the copy-engine backend
+# (parallel.tp_comm_backend = "copy_engine") beside NCCL's; per-GPU efficiency = the tp 1 layer
+# time / (tp x the layer time at tp); the exposed TP communication per layer from the step
+# profile (train.profile_at, during the warm-up, so that it slows no timed step) of each 2L
+# run. GPT-39B width (h 8192, 64 heads, seq 2048) and LLaMA-2-70B width (GQA 8, ffn 28672,
+# seq 4096); micro 1, global 8, bf16, the recipes' defaults.
 #   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
 # Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
-# ME_BENCH_TPS ("2 4"), ME_BENCH_STEPS (6), ME_BENCH_WARMUP (3), ME_BENCH_DEADLINE_S (500).
+# ME_BENCH_TPS ("2 4"), ME_BENCH_STEPS (8), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
+# ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v is set in the environment).
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,16 +33,22 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 rows=$out/rows.jsonl
 : > "$rows"
 
+warmup=${ME_BENCH_WARMUP:-4}
+[ "$warmup" -ge 4 ] || { echo "ME_BENCH_WARMUP must be >= 4 (the profile runs in the warm-up)"; exit 2; }
+
 # run MODEL LAYERS TP LABEL OVERRIDES... -> ms per step (median window), exposed comm ms per step
 run() {
   local model=$1 layers=$2 tp=$3 label=$4
   shift 4
-  local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=()
+  local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=() env=() overrides=() o
+  for o in "$@"; do
+    case $o in NCCL_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
+  done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
-  ME_BENCH_MODEL=$model ME_BENCH_MICRO=1 ME_BENCH_STEPS=${ME_BENCH_STEPS:-6} ME_BENCH_WARMUP=${ME_BENCH_WARMUP:-3} \
+  env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=1 ME_BENCH_STEPS=${ME_BENCH_STEPS:-8} ME_BENCH_WARMUP=$warmup \
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
-    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=8 parallel.tp=$tp $* train.profile_at=$(( ${ME_BENCH_WARMUP:-3} + 2 )) train.profile_steps=2" \
+    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=8 parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2" \
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
   local ms exposed
   ms=$(grep -o '"ms_per_step": [0-9.]*' "$log" | tail -1 | grep -o '[0-9.]*$')
@@ -47,6 +56,7 @@ run() {
   echo "${ms:-nan} ${exposed:-0}"
 }
 
+variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;no SP:parallel.sequence_parallel=false;SP bulk:parallel.sequence_parallel=true parallel.tp_gather=bulk;SP copy_engine:parallel.sequence_parallel=true parallel.tp_comm_backend=copy_engine"}
 {
   echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) |"
   echo "|---|---|--:|--:|--:|"
@@ -58,8 +68,8 @@ for model in $models; do
   echo "| $model | tp 1 | $base | 1.00 | - |" >> "$out/table.md"
   for tp in ${ME_BENCH_TPS:-2 4}; do
     [ "$tp" -le "$gpus" ] || continue
-    for variant in "SP:parallel.sequence_parallel=true" "no SP:parallel.sequence_parallel=false" \
-                   "SP copy_engine:parallel.sequence_parallel=true parallel.tp_comm_backend=copy_engine"; do
+    IFS=';' read -ra list <<< "$variants"
+    for variant in "${list[@]}"; do
       label=${variant%%:*} overrides=${variant#*:}
       read -r a e1 <<< "$(run "$model" "$L" "$tp" "${label// /_}" $overrides)"
       read -r b e2 <<< "$(run "$model" $((2 * L)) "$tp" "${label// /_}" $overrides)"

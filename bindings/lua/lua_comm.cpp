@@ -10,6 +10,8 @@
 #include "engine/comm/nccl_group.h"
 #include "engine/core/log.h"
 
+#include <type_traits>
+
 namespace me::lua {
 namespace {
 
@@ -28,16 +30,19 @@ comm::Communicator* find_comm(lua_State* L) {
   return c ? c->get() : nullptr;
 }
 
+// me.comm.init's table: the recipe's comm fields (comm::visit_fields, so a new field needs no
+// line here), each optional, plus `device`.
 comm::CommOptions read_options(lua_State* L, int t) {
   comm::CommOptions o;
   if (t == 0) return o;
-  o.backend = field_string(L, t, "backend", "comm", o.backend);
+  comm::visit_fields(o, [&](const char* name, auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::string>) v = field_string(L, t, name, "comm", v);
+    else if constexpr (std::is_same_v<T, bool>) v = field_boolean(L, t, name, "comm", v);
+    else if constexpr (std::is_integral_v<T>) v = field_integer(L, t, name, "comm", v);
+    else v = field_number(L, t, name, "comm", v);
+  });
   o.device = field_string(L, t, "device", "comm", o.device);
-  o.timeout_s = field_number(L, t, "timeout_s", "comm", o.timeout_s);
-  o.rendezvous_timeout_s = field_number(L, t, "rendezvous_timeout_s", "comm", o.rendezvous_timeout_s);
-  o.heartbeat_s = field_number(L, t, "heartbeat_s", "comm", o.heartbeat_s);
-  o.dead_after_s = field_number(L, t, "dead_after_s", "comm", o.dead_after_s);
-  o.nccl_cta_policy = field_string(L, t, "nccl_cta_policy", "comm", o.nccl_cta_policy);
   o.check();  // the recipe's checks (comm_options.cpp), before anything connects
   return o;
 }

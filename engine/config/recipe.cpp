@@ -121,14 +121,16 @@ void ParallelSpec::check() const {
   ME_CHECK(tp_symmetric_mb == 0 || (tp > 1 && sequence_parallel && tp_comm_overlap),
            "parallel.tp_symmetric_mb holds the overlapped sequence-parallel all-gathers: it needs parallel.tp > 1, ",
            "sequence_parallel = true and tp_comm_overlap = true (or set it to 0)");
-  ME_CHECK(tp_comm_backend == "nccl" || tp_comm_backend == "copy_engine",
-           "parallel.tp_comm_backend must be \"nccl\" or \"copy_engine\", got '", tp_comm_backend, "'");
-  ME_CHECK(tp_comm_backend == "nccl" || (tp > 1 && sequence_parallel && tp_comm_overlap),
+  ME_CHECK(tp_comm_backend == "auto" || tp_comm_backend == "nccl" || tp_comm_backend == "copy_engine",
+           "parallel.tp_comm_backend must be \"auto\", \"nccl\" or \"copy_engine\", got '", tp_comm_backend, "'");
+  ME_CHECK(tp_comm_backend != "copy_engine" || (tp > 1 && sequence_parallel && tp_comm_overlap),
            "parallel.tp_comm_backend = \"copy_engine\" moves the overlapped sequence-parallel collectives: it needs ",
            "parallel.tp > 1, sequence_parallel = true and tp_comm_overlap = true (or leave it \"nccl\")");
-  ME_CHECK(tp_comm_backend == "nccl" || tp_symmetric_mb == 0,
+  ME_CHECK(tp_comm_backend != "copy_engine" || tp_symmetric_mb == 0,
            "parallel.tp_comm_backend = \"copy_engine\" and parallel.tp_symmetric_mb (NCCL's windows) are two ways to ",
            "move the same collectives: use one");
+  ME_CHECK(tp_gather == "ring" || tp_gather == "bulk",
+           "parallel.tp_gather must be \"ring\" or \"bulk\", got '", tp_gather, "'");
   ME_CHECK(pp_deferred_wgrads >= 0, "parallel.pp_deferred_wgrads must be >= 0 (0: off), got ", pp_deferred_wgrads);
   ME_CHECK(tp_comm_sm_margin >= 0 && tp_comm_sm_margin < 1024,
            "parallel.tp_comm_sm_margin is a number of multiprocessors (0 or more, below the GPU's), got ",
@@ -168,7 +170,7 @@ void Recipe::check() const {
   sample.check();
   checkpoint.check();
   log.check();
-  ME_CHECK(parallel.tp_comm_backend == "nccl" || device.rfind("cuda", 0) == 0,
+  ME_CHECK(parallel.tp_comm_backend != "copy_engine" || device.rfind("cuda", 0) == 0,
            "parallel.tp_comm_backend = \"copy_engine\" copies between GPUs: it needs device = \"cuda\" (it is '", device,
            "'), or leave it \"nccl\"");
   ME_CHECK(parallel.grad_reduce_dtype == "fp32" || precision == "bf16",

@@ -119,9 +119,15 @@ struct ParallelSpec {
   // kernels; the copy engines with comm.nccl_cta_policy = "zero"); 0: ordinary memory.
   double tp_symmetric_mb{};
   // What moves the overlapped sequence-parallel all-gathers and reduce-scatters between the TP
-  // ranks: "nccl" (its kernels, on a side stream) or "copy_engine" (copies between the GPUs'
-  // peer-mapped memories, which leave the GEMMs every multiprocessor; kernels/peer_buffers.h).
+  // ranks: "nccl" (its kernels, on a side stream), "copy_engine" (copies between the GPUs'
+  // peer-mapped memories, which leave the GEMMs every multiprocessor; kernels/peer_buffers.h) or
+  // "auto" (tp_backend(): the copy engines wherever they apply).
   std::string tp_comm_backend;
+  // How NCCL's overlapped sequence-parallel all-gather meets its GEMM: "bulk" (one collective
+  // beside the GEMM of this rank's rows, the rest after it) or "ring" (tp - 1 exchanges on the
+  // side stream, each peer's rows multiplied as soon as they are in). The copy engines always
+  // multiply each peer's rows as they land.
+  std::string tp_gather;
   // `parallel = "auto"`: tp, pp, sequence parallelism, recompute, the micro batch and the
   // distributed optimizer chosen by the layout planner for the job's GPUs at start
   // (engine/plan/layout_search.h; bindings/lua/megaengine.lua writes the choice into the
@@ -129,6 +135,15 @@ struct ParallelSpec {
   bool auto_layout{};
 
   void check() const;  // this section's own fields (Recipe::check: those tied to others)
+  // tp_comm_backend resolved for a run on `device`: "auto" is "copy_engine" on CUDA where the
+  // copy engines apply (tp > 1, sequence parallelism, tp_comm_overlap, no tp_symmetric_mb), else
+  // "nccl". The trainer still falls back to NCCL under "auto" if the buffers cannot be mapped.
+  // (Inline: the memory estimate asks it without linking the recipe's checks.)
+  std::string tp_backend(const std::string& device) const {
+    if (tp_comm_backend != "auto") return tp_comm_backend;
+    const bool applies = tp > 1 && sequence_parallel && tp_comm_overlap && tp_symmetric_mb == 0;
+    return applies && device.rfind("cuda", 0) == 0 ? "copy_engine" : "nccl";
+  }
 };
 
 struct TrainSpec {
@@ -259,6 +274,7 @@ void visit_fields(S& p, V&& v) {
   v("grad_reduce_dtype", p.grad_reduce_dtype);
   v("tp_symmetric_mb", p.tp_symmetric_mb);
   v("tp_comm_backend", p.tp_comm_backend);
+  v("tp_gather", p.tp_gather);
   v("auto", p.auto_layout);
 }
 

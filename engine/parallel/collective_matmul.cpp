@@ -66,14 +66,14 @@ bool peers_take(const torch::Tensor& t, const TensorParallel& tp, size_t bytes) 
 
 // all_gather_rows on the copy engines: this rank's rows into its slot, a barrier, then every
 // peer's rows pulled from its slot into the result (one copy stream per peer) while the GEMM of
-// this rank's own rows runs; the rest of the rows once they are all in.
+// this rank's own rows runs; each peer's rows multiplied as soon as they have landed.
 torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
   auto& peers = *tp.peers;
   const int size = peers.size(), rank = peers.rank();
   const auto device = in.device().index();
   const auto compute = c10::cuda::getCurrentCUDAStream(device);
   const auto local = rows2d(in);
-  const int64_t m = local.size(0), first = m * rank, total = m * size;
+  const int64_t m = local.size(0), first = m * rank;
   const size_t bytes = nbytes(local);
   auto gathered = torch::empty(gathered_tokens_shape(in, size), in.options());
   const auto all = rows2d(gathered);
@@ -93,9 +93,11 @@ torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel
     gathered.record_stream(stream);
   }
   rows(local, first);
-  for (auto& e : arrived) e.block(compute);
-  if (first > 0) rows(all.narrow(0, 0, first), 0);
-  if (first + m < total) rows(all.narrow(0, first + m, total - first - m), first + m);
+  for (int k = 1; k < size; ++k) {  // each peer's rows as soon as they are in
+    arrived[static_cast<size_t>(k - 1)].block(compute);
+    const int64_t from = m * ((rank + k) % size);
+    rows(all.narrow(0, from, m), from);
+  }
   return gathered;
 }
 
@@ -189,12 +191,44 @@ SmMarginForCollective::~SmMarginForCollective() {
 #endif
 }
 
+namespace {
+// all_gather_rows as a ring of exchanges (parallel.tp_gather = "ring"): at step k this rank's
+// rows go to rank + k and rank - k's arrive, on the side stream one step after the other, while
+// the compute stream multiplies this rank's rows, then each peer's as soon as its step is done;
+// the collective is hidden behind all but the first 1 / tp of the GEMM.
+torch::Tensor ring_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
+  auto& group = *tp.group;
+  const int size = group.size(), rank = group.rank();
+  auto gathered = torch::empty(gathered_tokens_shape(in, size), in.options());
+  const auto local = rows2d(in), all = rows2d(gathered);
+  const int64_t m = local.size(0);
+  std::vector<std::function<void()>> arrived;
+  for (int k = 1; k < size; ++k) {
+    const int to = (rank + k) % size, from = (rank - k + size) % size;
+    auto into = all.narrow(0, m * from, m);
+    arrived.push_back(start_collective({in, gathered}, [&] {
+      group.send_recv({{comm::PeerOp::send, local, to}, {comm::PeerOp::recv, into, from}});
+    }));
+  }
+  all.narrow(0, m * rank, m).copy_(local);
+  for (int k = 0; k < size; ++k) {
+    const int64_t from = m * ((rank - k + size) % size);
+    if (k > 0) arrived[static_cast<size_t>(k - 1)]();
+    std::optional<SmMarginForCollective> margin;  // while exchanges still run beside
+    if (k + 1 < size) margin.emplace(in, tp);
+    rows(all.narrow(0, from, m), from);
+  }
+  return gathered;
+}
+}  // namespace
+
 torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows) {
   ME_CHECK(local.dim() >= 2, "all_gather_rows: expected [batch, seq / tp, ...], got shape ", local.sizes());
   auto in = local.contiguous();
 #if ME_PEER_COLLECTIVES
   if (peers_take(in, tp, nbytes(in))) return peer_all_gather_rows(in, tp, rows);
 #endif
+  if (tp.gather_ring && !tp.slots) return ring_all_gather_rows(in, tp, rows);
   auto& group = *tp.group;
   const auto sizes = gathered_tokens_shape(in, group.size());
   const int64_t m = rows2d(in).size(0), first = m * group.rank(), total = m * group.size();

@@ -50,7 +50,8 @@ using RowsInto = std::function<void(const torch::Tensor& in, int64_t first)>;
 
 // All-gathers this rank's chunk `local` ([b, s / tp, ...]) into [b, s, ...], which it returns,
 // and calls rows() on every chunk of it: on this rank's own while the others arrive, then on
-// the rows before it and the rows after it.
+// each peer's as soon as it is in (the copy engines; NCCL with TensorParallel::gather_ring), or
+// else on the rows before it and the rows after it once all are.
 torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows);
 
 // Returns this rank's chunk ([chunk_rows, cols]) of the sum over ranks of a [tp x chunk_rows,

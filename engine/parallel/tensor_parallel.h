@@ -23,6 +23,10 @@ struct TensorParallel {
   // Multiprocessors the GEMMs leave free while a collective runs beside them (0: none), so that
   // the collective's kernels need not wait for the GEMM's persistent blocks (SmMarginForCollective).
   int comm_sm_margin = 0;
+  // NCCL's overlapped sequence-parallel all-gather as a ring of exchanges whose rows are
+  // multiplied as they arrive (parallel.tp_gather = "ring"); false: one collective beside the
+  // GEMM of this rank's rows (collective_matmul.h).
+  bool gather_ring = false;
   // Registered buffers the overlapped sequence-parallel all-gathers fill in place (NCCL's
   // symmetric kernels; parallel.tp_symmetric_mb); null: ordinary memory. Not owned.
   SymmetricSlots* slots = nullptr;

@@ -117,7 +117,7 @@ plan::MemoryPlan memory_plan(const config::Recipe& spec, int world) {
   p.grad_accumulation_fusion = par.grad_accumulation_fusion;
   p.symmetric_buffers = par.symmetric_buffers;
   p.tp_symmetric_mb = par.tp_symmetric_mb;
-  p.tp_copy_engine = par.tp_comm_backend == "copy_engine";
+  p.tp_copy_engine = par.tp_backend("cuda") == "copy_engine";  // estimated for the GPU, as below
   // Estimated for the GPU (fused attention, the engine's kernels) even for a recipe that says
   // device = "cpu": the question is whether it fits the cluster's GPUs.
   p.fused_attention = p.fused_kernels = true;

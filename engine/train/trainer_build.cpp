@@ -112,29 +112,66 @@ void Trainer::open_data() {
            data_->vocab(), " ids of the data's tokenizer: set model.vocab = ", data_->vocab());
 }
 
-// parallel.tp_comm_backend = "copy_engine": this rank's peer buffers, mapped by every rank of its
-// tensor-parallel group (their CUDA IPC handles all-gathered over the group). A slot holds the
-// largest TP collective, a [micro x seq, hidden] activation.
+#if ME_HAVE_CUDA_KERNELS
+namespace {
+// Whether every rank of `group` says ok (a min all-reduce), so that all of them go on to the next
+// collective or none does.
+bool all_ok(comm::ProcessGroup& group, bool ok, const torch::Device& device) {
+  auto flag = torch::full({1}, ok ? 1 : 0, torch::TensorOptions(torch::kInt).device(device));
+  group.all_reduce(flag, comm::ReduceOp::min);
+  return flag.item<int>() == 1;
+}
+}  // namespace
+#endif
+
+// The copy-engine backend (parallel.tp_backend()): this rank's peer buffers, mapped by every
+// rank of its tensor-parallel group (their CUDA IPC handles all-gathered over the group). A slot
+// holds the largest TP collective, a [micro x seq, hidden] activation. The ranks agree at each
+// step, so that a rank that cannot allocate or map them fails the group, never hangs it; under
+// tp_comm_backend = "auto" the group then uses NCCL.
 void Trainer::open_tp_peers() {
+  const bool may_fall_back = spec_.parallel.tp_comm_backend == "auto";
 #if ME_HAVE_CUDA_KERNELS
   auto* group = groups_->tp.get();
   const auto bytes = static_cast<size_t>(spec_.batch.micro * spec_.model.seq * spec_.model.hidden) *
                      (spec_.precision == "fp32" ? 4 : 2);
-  tp_peers_ = std::make_shared<kernels::PeerBuffers>(group->rank(), group->size(), bytes);
-  const auto mine = tp_peers_->handle();
-  const auto n = static_cast<int64_t>(kernels::PeerBuffers::kHandleBytes);
-  auto local = torch::from_blob(const_cast<uint8_t*>(mine.data()), {n}, torch::kByte).to(device_);
-  auto all = torch::empty({n * group->size()}, torch::TensorOptions(torch::kByte).device(device_));
-  group->all_gather(all, local);
-  const auto host = all.cpu();
-  tp_peers_->open(std::vector<uint8_t>(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + host.numel()));
-  if (is_logging_rank())
-    log::info("tensor-parallel peer buffers (parallel.tp_comm_backend = \"copy_engine\"): 2 x ",
-              human::number(static_cast<double>(tp_peers_->slot_bytes()) / 1048576.0),
-              " MiB per GPU, outside LibTorch's allocator, mapped by the ", group->size(), " ranks of each tp group");
+  std::string error;
+  try {
+    tp_peers_ = std::make_shared<kernels::PeerBuffers>(group->rank(), group->size(), bytes);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (all_ok(*group, error.empty(), device_)) {
+    const auto mine = tp_peers_->handle();
+    const auto n = static_cast<int64_t>(kernels::PeerBuffers::kHandleBytes);
+    auto local = torch::from_blob(const_cast<uint8_t*>(mine.data()), {n}, torch::kByte).to(device_);
+    auto all = torch::empty({n * group->size()}, torch::TensorOptions(torch::kByte).device(device_));
+    group->all_gather(all, local);
+    const auto host = all.cpu();
+    try {
+      tp_peers_->open(std::vector<uint8_t>(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + host.numel()));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (all_ok(*group, error.empty(), device_)) {
+      if (is_logging_rank())
+        log::info("tensor-parallel collectives on the copy engines (parallel.tp_comm_backend = \"",
+                  spec_.parallel.tp_comm_backend, "\"): peer buffers of 2 x ",
+                  human::number(static_cast<double>(tp_peers_->slot_bytes()) / 1048576.0),
+                  " MiB per GPU, outside LibTorch's allocator, mapped by the ", group->size(), " ranks of each tp group");
+      return;
+    }
+  }
+  tp_peers_.reset();
+  if (error.empty()) error = "another rank of this tensor-parallel group could not allocate or map its peer buffers";
+  if (!may_fall_back)
+    fail("parallel.tp_comm_backend = \"copy_engine\": ", error, "; set it to \"nccl\"");
+  log::warn("parallel.tp_comm_backend = \"auto\": the copy engines are not available (", error,
+            "); NCCL moves the tensor-parallel collectives");
 #else
+  if (may_fall_back) return;  // NCCL, as "auto" says where the kernels are not built
   fail("parallel.tp_comm_backend = \"copy_engine\" needs this engine's CUDA kernels (a build with CUDA LibTorch and nvcc); ",
-       "leave it \"nccl\"");
+       "leave it \"auto\" or \"nccl\"");
 #endif
 }
 
@@ -154,6 +191,7 @@ void Trainer::build_model() {
   tp.sequence_parallel = par.sequence_parallel;
   tp.overlap_comm = par.tp_comm_overlap;
   tp.comm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
+  tp.gather_ring = par.tp_gather == "ring";
   if (groups_ && par.tp_symmetric_mb > 0) {
     auto* group = groups_->tp.get();
     const auto device = device_;
@@ -164,7 +202,7 @@ void Trainer::build_model() {
         static_cast<int64_t>(par.tp_symmetric_mb * 1048576));
     tp.slots = tp_slots_.get();
   }
-  if (groups_ && par.tp > 1 && par.tp_comm_backend == "copy_engine") {
+  if (groups_ && par.tp > 1 && par.tp_backend(spec_.device) == "copy_engine") {
     open_tp_peers();
     tp.peers = tp_peers_.get();
   }

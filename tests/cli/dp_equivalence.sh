@@ -10,9 +10,10 @@
 # (preprocessed once by the first run), and fewer layouts run.
 # CI (CTest) runs a subset that still turns every switch once (dp, the distributed
 # optimizer with and without overlapped parameter gathers and symmetric buffers, tp, sp inline
-# and overlapped, the registered slots, pp with and without dp / tp, untied embeddings, uneven
-# and balanced stages, a middle stage, held-back weight gradients at 0 and 2, unfused gradient
-# accumulation, LLaMA, bf16 gradient reduction with and without the distributed optimizer); the
+# and overlapped (the all-gathers in bulk and as a ring at tp 4), the registered slots,
+# pp with and without dp / tp, untied embeddings, uneven and balanced stages, a middle stage,
+# held-back weight gradients at 0 and 2, unfused gradient accumulation, LLaMA, bf16 gradient
+# reduction with and without the distributed optimizer); the
 # whole list, every combination above (~2x the time), runs with ME_FULL_TESTS=1:
 #   ME_FULL_TESTS=1 bash tests/cli/dp_equivalence.sh build/megaengine [gpt]
 set -euo pipefail
@@ -59,7 +60,7 @@ else
            bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp2_sp_slots:dp1 tp2_pp2_sp_slots:dp1
            pp2_held0:pp2:1e-30 pp2_dp2_distopt_held0:pp2_dp2_distopt:1e-30 tp2_pp2_sp_held3:tp2_pp2_sp:1e-30
            pp4_4layers_held4:pp4_4layers:1e-30 pp3_uneven_held0:pp3_uneven_1_1_2:1e-30 llama_pp2_held2:llama_pp2:1e-30
-           pp3_balanced:dp1_4layers"
+           pp3_balanced:dp1_4layers tp4_sp_ring:dp1"
   # CI: every switch above once (the header's list); the pairs left out repeat a switch in
   # another combination: dp1_unfused dp2 dp4 tp2_dp2 tp2_sp_slots tp2_pp2_sp pp2_uneven_3_1
   # pp4_4layers and the held-back 3 and 4 (pp4_4layers_held4, tp2_pp2_sp_held3), pp3_uneven_held0,
@@ -70,12 +71,15 @@ else
            tp2_pp2_sp_slots:dp1 pp2:dp1 pp2_held0:pp2:1e-30 pp2_dp2_distopt:dp1 pp2_untied:dp1_untied
            pp3_uneven_1_1_2:dp1_4layers pp3_balanced:dp1_4layers
            llama_pp2:llama_dp1 llama_pp2_held2:llama_pp2:1e-30 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1
-           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2"
+           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp4_sp_ring:dp1"
   run dp1 1
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
   run dp2_unfused 2 parallel.grad_accumulation_fusion=false
   run tp2_sp_inline 2 parallel.tp=2 parallel.sequence_parallel=true parallel.tp_comm_overlap=false
+  # the overlapped all-gathers as a ring of 3 exchanges (parallel.tp_gather = "ring"; the other
+  # sequence-parallel layouts gather in bulk, the default)
+  run tp4_sp_ring 4 parallel.tp=4 parallel.sequence_parallel=true parallel.tp_gather=ring
   # sequence-parallel all-gathers in place in registered slots (plain tensors under Gloo)
   run tp2_sp_slots 2 parallel.tp=2 parallel.sequence_parallel=true parallel.tp_symmetric_mb=1
   run tp2_pp2_sp_slots 4 parallel.pp=2 parallel.tp=2 parallel.sequence_parallel=true parallel.tp_symmetric_mb=0.5

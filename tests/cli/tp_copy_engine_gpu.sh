@@ -3,7 +3,8 @@
 # its overlapped all-gathers and reduce-scatters on the copy engines (parallel.tp_comm_backend =
 # "copy_engine", kernels/peer_buffers.h) against NCCL's: the same run in fp32 follows the same
 # loss curve (every logged loss within 1e-4 relative: the sums are taken in another order) and
-# the training is not slower by more than noise is reported, not checked.
+# the training is not slower by more than noise is reported, not checked. The default,
+# tp_comm_backend = "auto", takes the copy engines here and gives their losses.
 #   bash tests/cli/tp_copy_engine_gpu.sh build/megaengine
 set -uo pipefail
 bin=$1
@@ -14,11 +15,17 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common=(device=cuda precision=fp32 model.layers=4 model.hidden=256 model.heads=8 batch.micro=8 train.iters=30
         train.log_interval=5 train.eval_iters=0 sample.tokens=0 parallel.tp=2 parallel.sequence_parallel=true)
-for backend in nccl copy_engine; do
+# auto (the default) must resolve to the copy engines here, and say so
+for backend in nccl copy_engine auto; do
   timeout 300 "$bin" --nproc 2 "$repo/recipes/gpt_tiny.lua" "${common[@]}" parallel.tp_comm_backend=$backend \
     > "$tmp/$backend.log" 2>&1 || { echo "FAILED: the $backend run: exit $?"; tail -20 "$tmp/$backend.log"; exit 1; }
   grep -o "lm loss: [0-9.E+-]*" "$tmp/$backend.log" | awk '{ print $3 }' > "$tmp/$backend.loss"
 done
+grep -q 'tensor-parallel collectives on the copy engines (parallel.tp_comm_backend = "auto")' "$tmp/auto.log" ||
+  { echo "FAILED: tp_comm_backend = auto did not take the copy engines"; grep -i 'copy engine\|peer' "$tmp/auto.log"; exit 1; }
+paste "$tmp/copy_engine.loss" "$tmp/auto.loss" | awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > 1e-6) bad = 1; n++ }
+  END { exit bad || n < 6 }' ||
+  { echo "FAILED: auto's losses differ from copy_engine's"; paste "$tmp/copy_engine.loss" "$tmp/auto.loss"; exit 1; }
 [ -s "$tmp/nccl.loss" ] || { echo "FAILED: no loss logged"; tail -20 "$tmp/nccl.log"; exit 1; }
 paste "$tmp/nccl.loss" "$tmp/copy_engine.loss" | awk '
   { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
