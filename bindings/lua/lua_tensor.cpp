@@ -214,6 +214,11 @@ int device_count(lua_State* L) {
   return 1;
 }
 
+int device_name(lua_State* L) {  // me.cuda.device_name(index): 0-based, as CUDA's
+  lua_pushstring(L, compat::cuda_device_name(static_cast<int>(luaL_optinteger(L, 1, 0))).c_str());
+  return 1;
+}
+
 // ---- methods ----
 
 // A tensor or a number as the operand of arithmetic.
@@ -490,7 +495,7 @@ void open_tensor(lua_State* L, int core) {
   luaL_setfuncs(L, ctors, 0);
   lua_setfield(L, core, "tensor");
   static const luaL_Reg misc[] = {{"traceback", traceback_handler}, {"manual_seed", wrapped<manual_seed>}, {"cuda_available", wrapped<cuda_available>},
-                                  {"cuda_device_count", wrapped<device_count>},
+                                  {"cuda_device_count", wrapped<device_count>}, {"cuda_device_name", wrapped<device_name>},
                                   {"cuda_synchronize", wrapped<cuda_synchronize>}, {"clock", wrapped<clock_seconds>},
                                   {"cuda_memory", wrapped<cuda_memory>}, {"cuda_reset_peak_memory", wrapped<cuda_reset_peak>},
                                   {nullptr, nullptr}};

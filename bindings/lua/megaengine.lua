@@ -128,7 +128,7 @@ me.manual_seed = core.manual_seed
 me.comm = core.comm
 me.parallel = core.parallel  -- vocab-parallel cross entropy, shard()
 me.nn = core.nn              -- reference ops (LibTorch cross entropy)
-me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_count,
+me.cuda = { is_available = core.cuda_available, device_count = core.cuda_device_count, device_name = core.cuda_device_name,
             synchronize = core.cuda_synchronize, memory = core.cuda_memory,
             reset_peak_memory = core.cuda_reset_peak_memory }
 me.clock = core.clock  -- wall-clock seconds, for timing

@@ -253,6 +253,15 @@ inline CudaMemory cuda_memory() {
   return {};
 #endif
 }
+// The name of GPU `index` ("NVIDIA H100 80GB HBM3"); empty without CUDA.
+inline std::string cuda_device_name(int index) {
+#if ME_TORCH_HAS_CUDA
+  cudaDeviceProp p{};
+  if (cuda_available() && cudaGetDeviceProperties(&p, index) == cudaSuccess) return p.name;
+#endif
+  (void)index;
+  return {};
+}
 inline void cuda_reset_peak_memory() {
 #if ME_TORCH_HAS_CUDA
   if (cuda_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
