@@ -43,6 +43,7 @@ class Fp8Scale {
   const torch::Tensor& scale() const { return scale_; }
   const torch::Tensor& history() const { return history_; }
   Fp8 format() const { return format_; }
+  bool delayed() const { return options_.mode == "delayed"; }
 
   // Checkpoint state: [scale, next history slot, history...] as one float32 tensor, so that a
   // resumed run continues the same scales.

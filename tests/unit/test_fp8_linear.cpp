@@ -1,0 +1,121 @@
+// The fp8 linear layer (engine/kernels/fp8_linear.h). On the CPU, where it emulates the fp8
+// GEMMs: forward and gradients equal the quantize-then-multiply arithmetic written out here, lie
+// within fp8's rounding of the float32 layer, and the delayed scales take the step's amax. On a
+// GPU ([gpu]): the fused cast + _scaled_mm path equals the CPU emulation of the same tensors.
+#include <catch2/catch.hpp>
+
+#include "engine/kernels/fp8_linear.h"
+
+using me::kernels::Fp8;
+using me::kernels::Fp8LinearScales;
+using me::kernels::Fp8ScalingOptions;
+
+namespace {
+
+double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got.to(torch::kFloat64) - want.to(torch::kFloat64)).norm().item<double>() /
+         want.to(torch::kFloat64).norm().item<double>();
+}
+
+struct Case {
+  torch::Tensor x, w, b, dy;
+};
+Case make_case(const torch::Device& device, torch::ScalarType dtype) {
+  torch::manual_seed(7);
+  const auto o = torch::TensorOptions().dtype(dtype);
+  // rows = 2 x 16, in 64, out 48: the fp8 GEMMs' multiples of 16
+  return {torch::randn({2, 16, 64}, o).to(device), (torch::randn({48, 64}, o) * 0.05).to(device),
+          torch::randn({48}, o).to(device), torch::randn({2, 16, 48}, o).to(device)};
+}
+
+struct Grads {
+  torch::Tensor y, dx, dw, db;
+};
+Grads run(const Case& c, Fp8LinearScales& scales) {
+  auto x = c.x.clone().requires_grad_(true), w = c.w.clone().requires_grad_(true), b = c.b.clone().requires_grad_(true);
+  auto y = me::kernels::fp8_linear(x, w, b, scales);
+  y.backward(c.dy);
+  return {y.detach(), x.grad(), w.grad(), b.grad()};
+}
+
+Fp8ScalingOptions current() {
+  Fp8ScalingOptions o;
+  o.mode = "current";
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 linear (emulated): the quantize-then-multiply arithmetic, close to float32", "[fp8]") {
+  const auto c = make_case(torch::kCPU, torch::kFloat32);
+  Fp8LinearScales scales(current(), torch::kCPU);
+  const auto g = run(c, scales);
+  REQUIRE(g.y.sizes() == torch::IntArrayRef({2, 16, 48}));
+
+  // written out: scale = 448 / amax (E4M3) or 57344 / amax (E5M2), values rounded to the format
+  auto q = [](const torch::Tensor& t, Fp8 f) {
+    const auto s = me::kernels::fp8_max(f) / t.abs().max();
+    return std::make_pair(me::kernels::fp8_round(t * s, f), s);
+  };
+  const auto x2 = c.x.reshape({-1, 64}), dy2 = c.dy.reshape({-1, 48});
+  const auto [qx, sx] = q(x2, Fp8::e4m3);
+  const auto [qw, sw] = q(c.w, Fp8::e4m3);
+  const auto [qdy, sdy] = q(dy2, Fp8::e5m2);
+  const auto y = torch::mm(qx, qw.t()) / (sx * sw) + c.b;
+  CHECK(relative_error(g.y.reshape({-1, 48}), y) < 1e-6);
+  CHECK(relative_error(g.dx.reshape({-1, 64}), torch::mm(qdy, qw) / (sdy * sw)) < 1e-6);
+  CHECK(relative_error(g.dw, torch::mm(qdy.t(), qx) / (sdy * sx)) < 1e-6);
+  CHECK(relative_error(g.db, dy2.sum(0)) < 1e-6);
+
+  // and within fp8's rounding of the float32 layer (E4M3: 3 mantissa bits, E5M2: 2)
+  const auto y32 = torch::addmm(c.b, x2, c.w.t());
+  CHECK(relative_error(g.y.reshape({-1, 48}), y32) < 0.05);
+  CHECK(relative_error(g.dx.reshape({-1, 64}), torch::mm(dy2, c.w)) < 0.1);
+  CHECK(relative_error(g.dw, torch::mm(dy2.t(), x2)) < 0.1);
+}
+
+TEST_CASE("fp8 linear: delayed scales take each cast's amax, and their state round-trips", "[fp8]") {
+  const auto c = make_case(torch::kCPU, torch::kFloat32);
+  Fp8ScalingOptions o;
+  o.history = 4;
+  Fp8LinearScales scales(o, torch::kCPU);
+  run(c, scales);  // the first step casts with scale 1 and records the amax
+  const double amax_x = c.x.abs().max().item<double>();
+  CHECK(scales.input.scale().item<double>() == Approx(448.0 / amax_x).epsilon(1e-6));
+  CHECK(scales.weight.scale().item<double>() == Approx(448.0 / c.w.abs().max().item<double>()).epsilon(1e-6));
+  CHECK(scales.grad_output.scale().item<double>() == Approx(57344.0 / c.dy.abs().max().item<double>()).epsilon(1e-6));
+  Fp8LinearScales resumed(o, torch::kCPU);
+  resumed.load_state(scales.state());
+  const auto a = run(c, scales), b = run(c, resumed);
+  CHECK(torch::equal(a.y, b.y));
+  CHECK(torch::equal(a.dw, b.dw));
+  CHECK_THROWS_WITH(resumed.load_state(torch::zeros({5})), Catch::Contains("expected 3 x"));
+}
+
+TEST_CASE("fp8 linear: widths that are not multiples of 16 are refused, naming them", "[fp8]") {
+  Fp8LinearScales scales(current(), torch::kCPU);
+  const auto x = torch::randn({16, 40}), w = torch::randn({48, 40});
+  CHECK_THROWS_WITH(me::kernels::fp8_linear(x, w, torch::Tensor(), scales),
+                    Catch::Contains("input width is 40") && Catch::Contains("multiples of 16"));
+}
+
+TEST_CASE("fp8 linear on the GPU (fused cast, _scaled_mm) = its CPU emulation", "[fp8][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA GPU: checked on the GPU machine");
+    return;
+  }
+  REQUIRE(me::kernels::fp8_gemm_compiled());
+  const torch::Device gpu(torch::kCUDA, 0);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const auto c = make_case(torch::kCPU, dtype);
+    const auto cg = make_case(gpu, dtype);
+    Fp8LinearScales on_cpu(current(), torch::kCPU), on_gpu(current(), gpu);
+    const auto want = run(c, on_cpu), got = run(cg, on_gpu);
+    // the same fp8 operands and scales; only the fp32 sums' order and the output's rounding differ
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
+    CHECK(relative_error(got.y.cpu(), want.y) < tol);
+    CHECK(relative_error(got.dx.cpu(), want.dx) < tol);
+    CHECK(relative_error(got.dw.cpu(), want.dw) < tol);
+    CHECK(relative_error(got.db.cpu(), want.db) < tol);
+  }
+}
