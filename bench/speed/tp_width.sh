@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Tensor parallelism at the user's widths (issue #35), in one device call: the marginal time of
 # a transformer layer (layers L and 2L, so that the embedding and the output layer cancel) at
-# tp 1 (one GPU), tp 2 and tp 4, for each variant: sequence parallelism on and off, the
-# overlapped all-gathers as a ring or in bulk (parallel.tp_gather), the copy-engine backend
-# (parallel.tp_comm_backend = "copy_engine") beside NCCL's; per-GPU efficiency = the tp 1 layer
+# tp 1 (one GPU), tp 2 and tp 4, for each variant (by default: sequence parallelism with the
+# default backend, "auto", the copy engines on one node; with NCCL; and no SP; others through
+# ME_BENCH_VARIANTS, e.g. parallel.tp_gather=ring or NCCL_PROTO=Simple); per-GPU efficiency = the tp 1 layer
 # time / (tp x the layer time at tp); the exposed TP communication per layer from the step
 # profile (train.profile_at, during the warm-up, so that it slows no timed step) of each 2L
 # run. GPT-39B width (h 8192, 64 heads, seq 2048) and LLaMA-2-70B width (GQA 8, ffn 28672,
@@ -56,7 +56,8 @@ run() {
   echo "${ms:-nan} ${exposed:-0}"
 }
 
-variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;no SP:parallel.sequence_parallel=false;SP bulk:parallel.sequence_parallel=true parallel.tp_gather=bulk;SP copy_engine:parallel.sequence_parallel=true parallel.tp_comm_backend=copy_engine"}
+# "SP" is the default backend (auto: the copy engines on one node), "SP nccl" NCCL's bulk gathers
+variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl;no SP:parallel.sequence_parallel=false"}
 {
   echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) |"
   echo "|---|---|--:|--:|--:|"
