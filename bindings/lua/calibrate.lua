@@ -33,7 +33,8 @@ function M.run(opts)
   local s = assert(sizes[device == "cpu" and "cpu" or "cuda"])
   local env = me.comm.env()
   local world = env.world or 1
-  local dev = device == "cpu" and "cpu" or ("cuda:" .. env.local_rank % me.cuda.device_count())
+  local gpu = device ~= "cpu" and env.local_rank % me.cuda.device_count() or nil
+  local dev = gpu and ("cuda:" .. gpu) or "cpu"
   local rank0 = env.rank == 0
   local function say(...) if rank0 then print(string.format(...)) end end
 
@@ -72,7 +73,7 @@ function M.run(opts)
   else
     from_base = "intra_node, " .. from_base
   end
-  local gpu_name = device ~= "cpu" and me.cuda.device_name(env.local_rank % me.cuda.device_count()) or ""
+  local gpu_name = gpu and me.cuda.device_name(gpu) or ""
   measured.gpu = opts.gpu_name or (gpu_name ~= "" and gpu_name) or dev
   measured.source = ("megaengine plan --calibrate on %s, %d rank%s, %s; from the base profile %s: %s"):format(
     dev, world, world == 1 and "" or "s", os.date("!%Y-%m-%d"), opts.base, from_base)

@@ -118,12 +118,12 @@ void ParallelSpec::check() const {
   ME_CHECK(grad_reduce_dtype == "fp32" || grad_reduce_dtype == "bf16",
            "parallel.grad_reduce_dtype must be fp32 or bf16, got '", grad_reduce_dtype, "'");
   ME_CHECK(tp_symmetric_mb >= 0, "parallel.tp_symmetric_mb must be >= 0 (0: off), got ", tp_symmetric_mb);
-  ME_CHECK(tp_symmetric_mb == 0 || (tp > 1 && sequence_parallel && tp_comm_overlap),
+  ME_CHECK(tp_symmetric_mb == 0 || overlapped_sequence_parallel(),
            "parallel.tp_symmetric_mb holds the overlapped sequence-parallel all-gathers: it needs parallel.tp > 1, ",
            "sequence_parallel = true and tp_comm_overlap = true (or set it to 0)");
   ME_CHECK(tp_comm_backend == "auto" || tp_comm_backend == "nccl" || tp_comm_backend == "copy_engine",
            "parallel.tp_comm_backend must be \"auto\", \"nccl\" or \"copy_engine\", got '", tp_comm_backend, "'");
-  ME_CHECK(tp_comm_backend != "copy_engine" || (tp > 1 && sequence_parallel && tp_comm_overlap),
+  ME_CHECK(tp_comm_backend != "copy_engine" || overlapped_sequence_parallel(),
            "parallel.tp_comm_backend = \"copy_engine\" moves the overlapped sequence-parallel collectives: it needs ",
            "parallel.tp > 1, sequence_parallel = true and tp_comm_overlap = true (or leave it \"nccl\")");
   ME_CHECK(tp_comm_backend != "copy_engine" || tp_symmetric_mb == 0,

@@ -141,9 +141,12 @@ struct ParallelSpec {
   // (Inline: the memory estimate asks it without linking the recipe's checks.)
   std::string tp_backend(const std::string& device) const {
     if (tp_comm_backend != "auto") return tp_comm_backend;
-    const bool applies = tp > 1 && sequence_parallel && tp_comm_overlap && tp_symmetric_mb == 0;
+    const bool applies = overlapped_sequence_parallel() && tp_symmetric_mb == 0;
     return applies && device.rfind("cuda", 0) == 0 ? "copy_engine" : "nccl";
   }
+  // What the copy engines and tp_symmetric_mb move: sequence-parallel collectives overlapped with
+  // the GEMMs beside them.
+  bool overlapped_sequence_parallel() const { return tp > 1 && sequence_parallel && tp_comm_overlap; }
 };
 
 struct TrainSpec {
