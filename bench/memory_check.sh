@@ -2,7 +2,7 @@
 # The memory estimate against the GPU: for each configuration, the peak `megaengine --dry-run`
 # predicts for rank 0 ("predicted peak GPU memory on rank 0: N MiB") and the peak LibTorch's
 # allocator reached in 3 training iterations ("peak GPU memory on rank 0: N MiB" at the end of the
-# run), and their difference. Different widths, depths, micro batches, fp32 and bf16, recompute
+# run), and their difference. Different widths, depths, micro batches, fp32, bf16 and fp8, recompute
 # none / selective / full, bf16 gradients; with 2 or more GPUs also data parallelism with the
 # distributed optimizer, tensor + sequence parallelism and a pipeline. Exit status 1 if any
 # prediction is off by more than 10%.
@@ -63,6 +63,9 @@ check gpt350m_fp32_micro8_seq1024 1 gpt model.layers=24 model.hidden=1024 model.
 check llama32x1024_full_recompute_micro8 1 llama model.layers=32 model.hidden=1024 model.heads=16 model.query_groups=4 \
   model.ffn_hidden=2816 batch.micro=8 model.recompute=full
 check gpt1.3b_selective_bf16grads_micro2 1 gpt $gpt13 batch.micro=2 model.recompute=selective parallel.grad_reduce_dtype=bf16
+# precision = "fp8": linear inputs kept as fp8 x^T, the weights' fp8 casts kept through a step
+check gpt1.3b_fp8_micro4 1 gpt $gpt13 batch.micro=4 precision=fp8
+check llama1b_fp8_micro4 1 llama $llama1b batch.micro=4 precision=fp8
 check gpt16x2560_full_every2_micro4 1 gpt model.layers=16 model.hidden=2560 model.heads=20 batch.micro=4 \
   model.recompute=full model.recompute_every=2
 if [ "$ngpu" -ge 2 ]; then

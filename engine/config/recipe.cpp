@@ -1,5 +1,7 @@
 #include "engine/config/recipe.h"
 
+#include <cstdlib>
+
 #include "engine/core/error.h"
 #include "engine/core/log.h"
 #include "engine/data/gpt_dataset.h"
@@ -148,18 +150,26 @@ bool known_device(const std::string& d) {
 
 }  // namespace
 
+bool fp8_emulated_for_tests() {
+  const char* v = std::getenv("ME_TEST_FP8_EMULATED");
+  return v && std::string(v) == "1";
+}
+
 void Recipe::check() const {
   // Whether a GPU is there is the run's to find out: a dry run may plan a cluster from a laptop.
   ME_CHECK(known_device(device), "unknown device '", device, "': expected cpu, cuda or cuda:N");
-  // fp8 (issue #36): the linear layers' GEMMs in fp8 on Hopper GPUs. Its casts and scaling exist
-  // (kernels/fp8_cast.cu, kernels/fp8_scaling.h); the layers do not use them yet.
-  ME_CHECK(precision != "fp8" || device.rfind("cuda", 0) == 0,
+  // fp8: the transformer blocks' linear layers' GEMMs in fp8 on Hopper GPUs (kernels/fp8_linear.h).
+  ME_CHECK(precision != "fp8" || device.rfind("cuda", 0) == 0 || fp8_emulated_for_tests(),
            "precision = \"fp8\" runs the linear layers' GEMMs in fp8 on Hopper GPUs (H100, H200); the CPU has no fp8 ",
-           "GEMMs and LibTorch ", "1.13 no fp8 types: use precision = \"bf16\" or \"fp32\" on the CPU");
-  ME_CHECK(precision != "fp8", "precision = \"fp8\" is not available yet: its casts and scaling are built ",
-           "(issue #36) but the linear layers do not run fp8 GEMMs yet; use precision = \"bf16\"");
-  ME_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
-           "precision must be fp32, bf16 or fp16, got '", precision, "'");
+           "GEMMs: use precision = \"bf16\" or \"fp32\" on the CPU");
+  ME_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16" || precision == "fp8",
+           "precision must be fp32, bf16, fp16 or fp8, got '", precision, "'");
+  ME_CHECK(fp8_scaling == "delayed" || fp8_scaling == "current", "fp8_scaling must be \"delayed\" or \"current\", got '",
+           fp8_scaling, "'");
+  ME_CHECK(fp8_amax_history >= 1 && fp8_amax_history <= 1024, "fp8_amax_history must be between 1 and 1024 casts, got ",
+           fp8_amax_history);
+  ME_CHECK(fp8_margin >= 0 && fp8_margin <= 16, "fp8_margin must be between 0 and 16 (powers of two of headroom), got ",
+           fp8_margin);
   data.check();
   optim.check();
   schedule.check();
@@ -173,9 +183,9 @@ void Recipe::check() const {
   ME_CHECK(parallel.tp_comm_backend != "copy_engine" || device.rfind("cuda", 0) == 0,
            "parallel.tp_comm_backend = \"copy_engine\" copies between GPUs: it needs device = \"cuda\" (it is '", device,
            "'), or leave it \"nccl\"");
-  ME_CHECK(parallel.grad_reduce_dtype == "fp32" || precision == "bf16",
+  ME_CHECK(parallel.grad_reduce_dtype == "fp32" || bf16_weights(),
            "parallel.grad_reduce_dtype = \"bf16\" keeps gradients in bf16, which needs bf16 training: set ",
-           "precision = \"bf16\" (it is '", precision, "'), or grad_reduce_dtype = \"fp32\"");
+           "precision = \"bf16\" or \"fp8\" (it is '", precision, "'), or grad_reduce_dtype = \"fp32\"");
   model.validate("model", static_cast<int>(parallel.tp), parallel.sequence_parallel);
   // The pipeline's layer split (every stage would find the same error). A balanced split is
   // chosen later, from the model.

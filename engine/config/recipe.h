@@ -212,8 +212,17 @@ struct Recipe {
   std::string name;
   std::string device;
   // fp32 | bf16 | fp16: low-precision weights and activations with fp32 masters and grads;
-  // fp16 adds dynamic loss scaling.
+  // fp16 adds dynamic loss scaling; fp8: bf16, with the transformer blocks' linear layers' GEMMs
+  // in fp8 (Hopper GPUs; kernels/fp8_linear.h).
   std::string precision;
+  // precision = "fp8": the per-tensor scales, "delayed" (the largest amax of the last
+  // fp8_amax_history casts) or "current" (each tensor's own amax, one more pass over it), and
+  // 2^fp8_margin of headroom below the format's largest value.
+  std::string fp8_scaling = "delayed";
+  int64_t fp8_amax_history = 16;
+  double fp8_margin = 0;
+  // The weights and activations' dtype: bf16 for fp8 too (its GEMMs cast on the way in).
+  bool bf16_weights() const { return precision == "bf16" || precision == "fp8"; }
   int64_t seed{};
   model::TransformerConfig model;
   DataSpec data;
@@ -232,6 +241,10 @@ struct Recipe {
   // those across sections (precision, the model, the pipeline split).
   void check() const;
 };
+
+// ME_TEST_FP8_EMULATED=1, for tests only: precision = "fp8" on the CPU, its GEMMs emulated in
+// float32 (kernels/fp8_linear.h), so that CI runs the layers' fp8 paths at every layout.
+bool fp8_emulated_for_tests();
 
 // Throws me::Error naming the field and what it expects, before anything is built: every
 // check that needs only the recipe (not the world size or the data).
@@ -346,6 +359,9 @@ void visit_top_fields(S& r, V&& v) {
   v("device", r.device);
   v("seed", r.seed);
   v("precision", r.precision);
+  v("fp8_scaling", r.fp8_scaling);
+  v("fp8_amax_history", r.fp8_amax_history);
+  v("fp8_margin", r.fp8_margin);
 }
 
 // Calls f("section", section) for each plain section of a Recipe (model and data, which have

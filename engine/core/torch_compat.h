@@ -253,18 +253,6 @@ inline CudaMemory cuda_memory() {
   return {};
 #endif
 }
-// Hopper's fp8 GEMMs (at::_scaled_mm) and LibTorch's float8 dtypes: 2.1 and later, with CUDA.
-#define ME_HAS_SCALED_MM (ME_TORCH_AT_LEAST(2, 1) && ME_TORCH_HAS_CUDA)
-#if ME_HAS_SCALED_MM
-// a [m, k] row-major x b [k, n] column-major, each operand dequantized by its scale (a float32
-// tensor [1] or []: 1 / the scale it was cast with), accumulated in fp32, out in `out`.
-inline torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& a_scale,
-                               const torch::Tensor& b_scale, c10::ScalarType out) {
-  return at::_scaled_mm(a, b, a_scale, b_scale, /*bias=*/{}, /*scale_result=*/{}, out, /*use_fast_accum=*/false);
-}
-inline c10::ScalarType float8_dtype(bool e5m2) { return e5m2 ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn; }
-#endif
-
 // The name of GPU `index` ("NVIDIA H100 80GB HBM3"); empty without CUDA.
 inline std::string cuda_device_name(int index) {
 #if ME_TORCH_HAS_CUDA

@@ -50,7 +50,9 @@ void Fp8Scale::update_from(const torch::Tensor& amax) {
 }
 
 torch::Tensor Fp8Scale::scale_for(const torch::Tensor& x) {
-  if (options_.mode == "current") {
+  // A delayed scale with no history yet starts from the tensor's own amax: with a scale of 1 the
+  // first step's gradients (~1e-6) would fall below E5M2's smallest value and vanish.
+  if (options_.mode == "current" || !seeded_) {
     const auto amax = x.detach().abs().max().to(torch::kFloat32).reshape({1});
     record(amax);
     update_from(amax);
@@ -61,6 +63,7 @@ torch::Tensor Fp8Scale::scale_for(const torch::Tensor& x) {
 void Fp8Scale::record(const torch::Tensor& amax) {
   history_[next_].copy_(amax.to(history_.device(), torch::kFloat32).reshape({}));
   next_ = (next_ + 1) % options_.history;
+  seeded_ = true;
   if (options_.mode == "delayed") update_from(history_.max().reshape({1}));
 }
 
@@ -77,6 +80,7 @@ void Fp8Scale::load_state(const torch::Tensor& state) {
   scale_.copy_(s.narrow(0, 0, 1));
   next_ = static_cast<int64_t>(s[1].item<float>());
   history_.copy_(s.narrow(0, 2, options_.history));
+  seeded_ = true;
 }
 
 }  // namespace me::kernels

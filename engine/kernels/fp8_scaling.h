@@ -35,7 +35,8 @@ class Fp8Scale {
   Fp8Scale(Fp8 format, Fp8ScalingOptions options, const torch::Device& device = torch::kCPU);
 
   // The scale for casting x now: with "current" computed from x's amax (and recorded); with
-  // "delayed" the one the history gives (x not read). A float32 tensor [1] on the state's device.
+  // "delayed" the one the history gives (x not read), except the first time, when there is no
+  // history: then from x's amax, as "current". A float32 tensor [1] on the state's device.
   torch::Tensor scale_for(const torch::Tensor& x);
   // A delayed scale's update after the cast: amax (a float32 tensor [1], the cast's by-product)
   // enters the history and the scale follows it.
@@ -56,6 +57,7 @@ class Fp8Scale {
   Fp8ScalingOptions options_;
   torch::Tensor history_, scale_;
   int64_t next_ = 0;
+  bool seeded_ = false;  // an amax was recorded (or the state loaded)
 };
 
 }  // namespace me::kernels

@@ -78,7 +78,7 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
                        const float* mean, const float* rstd, const void* weight, void* grad_in, float* grad_weight,
                        float* grad_bias, float* scratch, int64_t rows, int64_t hidden, void* stream);
 
-// --- GEMMs with GeLU in cuBLASLt's epilogue (gemm_gelu.cpp; no kernel of ours) ----------------
+// --- GEMMs with GeLU in cuBLASLt's epilogue (cublaslt_gemm.cpp; no kernel of ours) -------------
 // bf16, row-major, fp32 accumulation; GeLU is the tanh approximation (GPT-2's, Megatron's).
 // Forward of a linear layer followed by GeLU: x [rows, in], w [out, in], bias [out] or null:
 //   pre = x w^T + bias,  out = gelu(pre)                      (both [rows, out], one GEMM)
@@ -108,6 +108,22 @@ inline float fp8_max(Fp8 f) { return f == Fp8::e4m3 ? 448.f : 57344.f; }
 // Columns and rows of any size (tiles of 32 x 32 with edges).
 void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
                         uint8_t* out_t, float* amax, void* stream);
+
+// --- fp8 GEMMs (cublaslt_gemm.cpp; cuBLASLt's kernels) ------------------------------------------
+// An fp8 matrix, row-major, and the device fp32 scalar it is multiplied by in the GEMM (1 / the
+// scale it was cast with).
+struct Fp8Operand {
+  const void* data;
+  Fp8 format;
+  const float* scale;
+};
+// d[rows, cols] = (a[rows, k] b[cols, k]^T) * a.scale * b.scale (+ bias[cols], bf16), fp32
+// accumulation, d bf16 or f32; accumulate: d += the product (then no bias). Not both E5M2.
+// fast_accum: Hopper's faster accumulation (Transformer Engine's choice for the forward).
+// Returns false where cuBLASLt offers no kernel (the caller composes another way).
+bool gemm_fp8_supported(int64_t rows, int64_t cols, int64_t k);  // all three multiples of 16
+bool gemm_fp8(const Fp8Operand& a, const Fp8Operand& b, const void* bias, DType d_type, void* d, int64_t rows,
+              int64_t cols, int64_t k, bool accumulate, bool fast_accum, void* stream);
 
 // --- Multi-tensor optimizer kernels ----------------------------------------------------------
 // One launch over every parameter: a table of tensors (device memory, built once: the

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "engine/kernels/fp8_linear.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/parallel/main_grad.h"
 #include "engine/parallel/tensor_parallel.h"
@@ -37,15 +38,25 @@ torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const 
 // `sink`: gradient-accumulation fusion, the backward writing the weight and bias gradients into
 // its main grads instead of returning them to autograd (w must then feed no other operation: its
 // gradient is marked complete as soon as this one is written); null: gradients to autograd.
+// `fp8`: precision = "fp8", the three GEMMs in fp8 with this layer's scales and cached weight
+// cast (kernels/fp8_linear.h); the input is gathered whole before its cast (no chunked overlap
+// of the all-gather), the reduce-scatter of a row layer's output still overlapped.
 struct LinearComm {
   enum class Role { local, column, row };
   Role role = Role::local;
   const TensorParallel* tp = nullptr;  // the group of a column or row layer
   MainGradSink* sink = nullptr;
+  kernels::Fp8Linear* fp8 = nullptr;
 
-  static LinearComm local(MainGradSink* sink) { return {Role::local, nullptr, sink}; }
-  static LinearComm column(const TensorParallel& tp, MainGradSink* sink) { return {Role::column, &tp, sink}; }
-  static LinearComm row(const TensorParallel& tp, MainGradSink* sink) { return {Role::row, &tp, sink}; }
+  static LinearComm local(MainGradSink* sink, kernels::Fp8Linear* fp8 = nullptr) {
+    return {Role::local, nullptr, sink, fp8};
+  }
+  static LinearComm column(const TensorParallel& tp, MainGradSink* sink, kernels::Fp8Linear* fp8 = nullptr) {
+    return {Role::column, &tp, sink, fp8};
+  }
+  static LinearComm row(const TensorParallel& tp, MainGradSink* sink, kernels::Fp8Linear* fp8 = nullptr) {
+    return {Role::row, &tp, sink, fp8};
+  }
   // The group when this layer has that role and the group more than one rank; else null.
   const TensorParallel* column_tp() const { return role == Role::column && tp && tp->active() ? tp : nullptr; }
   const TensorParallel* row_tp() const { return role == Role::row && tp && tp->active() ? tp : nullptr; }
@@ -82,7 +93,8 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
 
   torch::Tensor weight, bias;
-  MainGradSink* main_grads = nullptr;  // set by attach_main_grads
+  MainGradSink* main_grads = nullptr;            // set by attach_main_grads
+  std::shared_ptr<kernels::Fp8Linear> fp8;       // set by attach_fp8
 
  private:
   int64_t in_, out_;
@@ -103,7 +115,8 @@ class RowParallelLinearImpl : public torch::nn::Module {
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
 
   torch::Tensor weight, bias;
-  MainGradSink* main_grads = nullptr;  // set by attach_main_grads
+  MainGradSink* main_grads = nullptr;       // set by attach_main_grads
+  std::shared_ptr<kernels::Fp8Linear> fp8;  // set by attach_fp8
 
  private:
   torch::Tensor add_bias(const torch::Tensor& y);  // after the reduction over TP
@@ -116,6 +129,13 @@ TORCH_MODULE(RowParallelLinear);
 // Gradient-accumulation fusion for every column- and row-parallel linear layer of `model`
 // (null: off again). The sink must outlive the model's backward passes.
 void attach_main_grads(torch::nn::Module& model, MainGradSink* sink);
+
+// precision = "fp8" for the column- and row-parallel layers of the transformer blocks (modules
+// named "blocks.*"; the output layer stays in the training dtype), each with its own scales on
+// its weight's device (null: off again). `fp8` must outlive the model.
+void attach_fp8(torch::nn::Module& model, const kernels::Fp8Model* fp8);
+// The fp8 states attach_fp8 made, in the model's module order.
+std::vector<kernels::Fp8Linear*> fp8_layers(const torch::nn::Module& model);
 
 // Logits over this rank's slice of the vocabulary from a weight [vocab / tp, hidden] owned
 // elsewhere (the tied word embedding): the output layer of a column-parallel LM head.

@@ -99,7 +99,7 @@ std::vector<Knobs> candidates(const MemoryPlan& plan, int gpus_per_node) {
   std::vector<std::string> recomputes{""};
   if (plan.model.recompute == "none") recomputes.push_back("selective");
   if (plan.model.recompute != "full" || plan.model.recompute_every != 1) recomputes.push_back("full");
-  const bool bf16_ok = plan.precision == "bf16";
+  const bool bf16_ok = plan.precision == "bf16" || plan.precision == "fp8";
   std::vector<Knobs> out;
   for (int t : tps)
     for (int p : pps)

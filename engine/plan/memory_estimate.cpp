@@ -84,6 +84,14 @@ int64_t layer_parameters(const model::TransformerConfig& c, int64_t tp, bool per
   return norms + attention + mlp;
 }
 
+// The weights of one layer's four linear layers on a tp rank: what precision = "fp8" keeps cast
+// (E4M3, and its transposed copy: 2 bytes per weight) from one optimizer step to the next.
+int64_t layer_linear_weights(const model::TransformerConfig& c, int64_t tp) {
+  const int64_t h = c.hidden, d = c.head_dim(), f = c.ffn();
+  const int64_t qkv = (c.heads + 2 * c.groups()) * d / tp, q = c.heads * d / tp;
+  return h * qkv + q * h + (swiglu(c) ? 3 : 2) * h * f / tp;
+}
+
 // Bytes one layer's backward holds beyond the saved activations (elements as in the header
 // comment): the residual gradient and the norm's input gradient (2 r h), a column-parallel
 // layer's input gradient before its TP reduction (T h; under sequence parallelism also the
@@ -116,8 +124,8 @@ void MemoryPlan::validate() const {
   ME_CHECK(global() % (micro_batch * dp()) == 0, "batch.global (", global(),
            ") is not divisible by batch.micro x data-parallel size (", micro_batch, " x ", dp(), " = ",
            micro_batch * dp(), "): choose a global batch that is a multiple of it");
-  ME_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", "precision must be fp32, bf16 or fp16, got '",
-           precision, "'");
+  ME_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16" || precision == "fp8",
+           "precision must be fp32, bf16, fp16 or fp8, got '", precision, "'");
   ME_CHECK(grad_reduce_dtype == "fp32" || grad_reduce_dtype == "bf16",
            "parallel.grad_reduce_dtype must be fp32 or bf16, got '", grad_reduce_dtype, "'");
 }
@@ -170,6 +178,10 @@ double layer_activation_bytes(const MemoryPlan& p, bool recomputed) {
   }
   double bytes = elems * x.act_bytes + 2 * x.r * norm_stat_bytes(c);
   if (p.fused_attention && !selective) bytes += 4.0 * x.T * x.a / x.t;  // fp32 logsumexp
+  // fp8: each linear layer keeps its input as E4M3 x^T (1 byte) instead of x: the QKV and fc1
+  // inputs and the MLP's second input lose a byte each; the attention output, which attention
+  // keeps in bf16 anyway, gains its fp8 copy.
+  if (p.precision == "fp8") bytes += x.T * x.a * x.d / x.t - 2 * x.T * x.h - x.T * x.f / x.t;
   return bytes;
 }
 
@@ -272,6 +284,7 @@ MemoryEstimate estimate_memory(const MemoryPlan& plan) {
     st.parameters = stage_parameters(plan.model, plan.tp, stage, /*per_rank=*/true);
     const double n = static_cast<double>(st.parameters);
     st.weights = n * x.param_bytes;
+    if (plan.precision == "fp8") st.weights += 2.0 * static_cast<double>(st.layers * layer_linear_weights(plan.model, plan.tp));
     st.gradients = n * grad_bytes;
     st.optimizer_replicated = n * (moment_bytes + master_bytes);
     st.dp = plan.dp();

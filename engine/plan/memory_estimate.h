@@ -28,7 +28,7 @@ struct MemoryPlan {
   std::string pp_split = "even";  // even | balanced (model::balanced_stage_split)
   int64_t pp_first_layers = 0, pp_last_layers = 0;
   int64_t micro_batch = 1, global_batch = 0;  // global 0: micro x dp (no accumulation)
-  std::string precision = "bf16";             // fp32 | bf16 | fp16
+  std::string precision = "bf16";             // fp32 | bf16 | fp16 | fp8
   std::string grad_reduce_dtype = "fp32";     // the main-grad buffer's dtype: fp32 | bf16
   std::string optimizer = "adamw";            // adamw (two fp32 moments) | sgd (one)
   int64_t deferred_wgrads = 1;                // parallel.pp_deferred_wgrads

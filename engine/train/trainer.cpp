@@ -159,6 +159,7 @@ StepResult Trainer::run_step() {
   r.lr = step_lr();
   start_control();  // read after the norm, which waits for the GPU anyway
   r.grad_norm = optimizer_->step(r.lr);
+  if (fp8_) ++fp8_->weights_version;  // the layers' cached fp8 weights are stale now
   read_control();
   r.skipped = !accept_update(r.grad_norm);
   phases_.mark(Phase::optimizer);

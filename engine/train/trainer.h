@@ -155,6 +155,9 @@ class Trainer {
   std::unique_ptr<parallel::SymmetricSlots> tp_slots_;  // parallel.tp_symmetric_mb > 0
   std::shared_ptr<kernels::PeerBuffers> tp_peers_;      // parallel.tp_comm_backend = "copy_engine"
   void open_tp_peers();
+  checkpoint::StateTensor fp8_state() const;
+  void load_fp8_state(checkpoint::CheckpointReader& reader, const checkpoint::StateTensor& t);
+  std::unique_ptr<kernels::Fp8Model> fp8_;  // precision = "fp8": what the layers share (outlives model_)
   model::Transformer model_{nullptr};
   std::unique_ptr<parallel::GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;

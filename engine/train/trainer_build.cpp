@@ -40,7 +40,7 @@ torch::Device parse_device(const std::string& name) {
 }
 
 torch::ScalarType param_dtype(const std::string& precision) {
-  return precision == "bf16" ? torch::kBFloat16 : precision == "fp16" ? torch::kHalf : torch::kFloat;
+  return precision == "bf16" || precision == "fp8" ? torch::kBFloat16 : precision == "fp16" ? torch::kHalf : torch::kFloat;
 }
 
 }  // namespace
@@ -209,6 +209,13 @@ void Trainer::build_model() {
   model_ = model::Transformer(spec_.model, tp, stage_, /*initialize=*/false);
   model_->reset_parameters(static_cast<uint64_t>(spec_.seed));
   model_->to(device_, param_dtype(spec_.precision));
+  if (spec_.precision == "fp8") {
+    ME_CHECK(kernels::fp8_gemm_compiled() || config::fp8_emulated_for_tests(), "precision = \"fp8\": this build has no fp8 GEMMs (they need the engine's ",
+             "CUDA kernels and a LibTorch with CUDA, as on the GPU machine); use precision = \"bf16\"");
+    fp8_ = std::make_unique<kernels::Fp8Model>();
+    fp8_->scaling = {spec_.fp8_scaling, spec_.fp8_amax_history, spec_.fp8_margin};
+    parallel::attach_fp8(*model_, fp8_.get());
+  }
   params_ = model_->parameters();
   flops_per_iteration_ = spec_.model.flops_per_token(static_cast<int>(par.tp)) * static_cast<double>(plan_.global) *
                          static_cast<double>(spec_.model.seq);
@@ -274,6 +281,11 @@ void Trainer::log_start() const {
             plan_.global, " samples (micro ", spec_.batch.micro, " x dp ", plan_.dp, " x accumulation ",
             plan_.accumulation, ")");
   log::info("data: ", data_->describe());
+  if (fp8_)
+    log::info("fp8: the transformer blocks' linear layers' GEMMs in fp8 (E4M3 weights and activations, E5M2 output ",
+              "gradients), ", spec_.fp8_scaling, " per-tensor scaling",
+              spec_.fp8_scaling == "delayed" ? cat(" over ", spec_.fp8_amax_history, " casts of amax history") : "",
+              spec_.fp8_margin > 0 ? cat(", margin 2^", spec_.fp8_margin) : "", "; the output layer in bf16");
   log::info("deterministic: ", spec_.train.deterministic ? "on (train.deterministic): " + deterministic_settings_
                                                           : std::string("off (train.deterministic = false)"));
   if (const int pp = pipeline_->stages(); pp > 1) {

@@ -36,6 +36,7 @@ std::vector<StateTensor> Trainer::state_tensors() const {
   auto optimizer = optimizer_->state_tensors(out);
   for (auto& t : out) t.save = t.save && plan_.dp_rank == 0;
   out.insert(out.end(), std::make_move_iterator(optimizer.begin()), std::make_move_iterator(optimizer.end()));
+  if (fp8_) out.push_back(fp8_state());
   // The generators' states: every rank's are the same (nothing draws per rank), rank 0 saves.
   const bool rank0 = !comm_ || comm_->rank() == 0;
   for (const auto& [name, state] : {std::pair{"rng.cpu", compat::cpu_rng_state()}, {"rng.cuda", compat::cuda_rng_state()}}) {
@@ -49,6 +50,38 @@ std::vector<StateTensor> Trainer::state_tensors() const {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+// precision = "fp8": every fp8 layer's scales and amax histories on this rank, one tensor saved
+// by each rank under its own name (they differ per rank: each sees its own tensors' amax), so
+// that a resumed run casts with the same scales. A run at another layout starts them afresh.
+StateTensor Trainer::fp8_state() const {
+  std::vector<torch::Tensor> parts;
+  for (auto* layer : parallel::fp8_layers(*model_)) parts.push_back(layer->scales.state());
+  StateTensor t;
+  t.name = cat("fp8.scales.rank", comm_ ? comm_->rank() : 0);
+  t.tensor = torch::cat(parts);
+  t.global_shape = t.tensor.sizes().vec();
+  t.flat_length = t.tensor.numel();
+  return t;
+}
+
+void Trainer::load_fp8_state(checkpoint::CheckpointReader& reader, const StateTensor& t) {
+  const auto& saved = reader.metadata().tensors;
+  const auto it = saved.find(t.name);
+  if (it == saved.end() || it->second.shape != t.global_shape) {
+    if (is_logging_rank())
+      log::info("fp8: ", reader.path(), " holds no fp8 scales for this layout (saved by a ",
+                reader.metadata().layout.precision, " run or another layout): they start afresh");
+    return;
+  }
+  reader.load(t);
+  int64_t at = 0;
+  for (auto* layer : parallel::fp8_layers(*model_)) {
+    const int64_t n = layer->scales.state().numel();
+    layer->scales.load_state(t.tensor.narrow(0, at, n));
+    at += n;
+  }
 }
 
 checkpoint::Metadata Trainer::checkpoint_metadata() const {
@@ -214,6 +247,10 @@ void Trainer::load_state(checkpoint::CheckpointReader& reader) {
     if (kind == "model" && t.tensor.scalar_type() == torch::kFloat && reader.has("master." + rest)) source = "master." + rest;
     if (kind == "master" && !reader.has(t.name)) source = "model." + rest;
     if (kind == "rng" && (weights_only_ || !reader.has(t.name))) continue;  // saved without a GPU, say
+    if (kind == "fp8") {
+      if (!weights_only_) load_fp8_state(reader, t);
+      continue;
+    }
     reader.load(t, source);
     if (t.name == "rng.cpu") compat::set_cpu_rng_state(t.tensor);
     if (t.name == "rng.cuda") compat::set_cuda_rng_state(t.tensor);

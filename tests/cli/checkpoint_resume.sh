@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints on real processes (Gloo on loopback), fp32, the equivalence recipe of
 # tests/lua/train_parallel.lua (20 steps, every step's loss logged):
-# 1. Exact resume, for one process, tp=2 x dp=2 with the distributed optimizer and pp=2 x dp=2:
+# 1. Exact resume, for one process, tp=2 x dp=2 with the distributed optimizer, pp=2 x dp=2 and
+#    fp8 at tp=2 with sequence parallelism (its scales resumed):
 #    20 steps uninterrupted; separately 10 steps (train.exit_interval saves and stops), then a new
 #    run that resumes and trains to 20. Steps 11-20 print identical losses.
 # 2. Resharding: saved at iteration 10 in one layout (checkpoint.interval, the run going on to
@@ -77,6 +78,8 @@ if [ "$what" = exact ] || [ "$what" = all ]; then
   exact one 1
   exact tp2_dp2_distopt 4 parallel.tp=2 parallel.distributed_optimizer=true
   exact pp2_dp2 4 parallel.pp=2
+  # fp8 (its GEMMs emulated on the CPU): the scales and amax histories resume with the weights
+  ME_TEST_FP8_EMULATED=1 exact fp8_tp2_sp 2 precision=fp8 parallel.tp=2 parallel.sequence_parallel=true
 fi
 if [ "$what" = reshard ] || [ "$what" = all ]; then
   big="parallel.tp=2 parallel.pp=2 parallel.distributed_optimizer=true"

@@ -60,7 +60,7 @@ else
            bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp2_sp_slots:dp1 tp2_pp2_sp_slots:dp1
            pp2_held0:pp2:1e-30 pp2_dp2_distopt_held0:pp2_dp2_distopt:1e-30 tp2_pp2_sp_held3:tp2_pp2_sp:1e-30
            pp4_4layers_held4:pp4_4layers:1e-30 pp3_uneven_held0:pp3_uneven_1_1_2:1e-30 llama_pp2_held2:llama_pp2:1e-30
-           pp3_balanced:dp1_4layers tp4_sp_ring:dp1"
+           pp3_balanced:dp1_4layers tp4_sp_ring:dp1 fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2 fp8_dp2_distopt:fp8_dp1:1e-2"
   # CI: every switch above once (the header's list); the pairs left out repeat a switch in
   # another combination: dp1_unfused dp2 dp4 tp2_dp2 tp2_sp_slots tp2_pp2_sp pp2_uneven_3_1
   # pp4_4layers and the held-back 3 and 4 (pp4_4layers_held4, tp2_pp2_sp_held3), pp3_uneven_held0,
@@ -71,7 +71,8 @@ else
            tp2_pp2_sp_slots:dp1 pp2:dp1 pp2_held0:pp2:1e-30 pp2_dp2_distopt:dp1 pp2_untied:dp1_untied
            pp3_uneven_1_1_2:dp1_4layers pp3_balanced:dp1_4layers
            llama_pp2:llama_dp1 llama_pp2_held2:llama_pp2:1e-30 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1
-           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp4_sp_ring:dp1"
+           bf16_dp2_g16:bf16_dp1:1e-2 bf16_dp2_distopt_g16:bf16_dp1:1e-2 tp4_sp_ring:dp1
+           fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2"
   run dp1 1
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
@@ -91,6 +92,13 @@ else
   run bf16_dp1 1 precision=bf16
   run bf16_dp2_g16 2 precision=bf16 parallel.grad_reduce_dtype=bf16
   run bf16_dp2_distopt_g16 2 precision=bf16 parallel.grad_reduce_dtype=bf16 parallel.distributed_optimizer=true parallel.bucket_mb=0.02
+  # precision = "fp8" with its GEMMs emulated on the CPU (ME_TEST_FP8_EMULATED), bf16 weights and
+  # activations around them: within bf16's tolerance of one process, as bf16's own layouts (tp
+  # shards and dp ranks cast with their own scales, from their own slices' amax)
+  ME_TEST_FP8_EMULATED=1 run fp8_dp1 1 precision=fp8
+  ME_TEST_FP8_EMULATED=1 run fp8_pp2 2 precision=fp8 parallel.pp=2
+  ME_TEST_FP8_EMULATED=1 run fp8_tp2_sp 2 precision=fp8 parallel.tp=2 parallel.sequence_parallel=true
+  ME_TEST_FP8_EMULATED=1 run fp8_dp2_distopt 2 precision=fp8 parallel.distributed_optimizer=true parallel.bucket_mb=0.02
   run dp2 2
   run dp4 4
   # symmetric buffers: plain tensors under Gloo, the same arithmetic (NCCL windows on the GPU)

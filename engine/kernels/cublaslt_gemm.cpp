@@ -1,7 +1,12 @@
-// GeLU inside cuBLASLt's GEMM epilogues (see kernels.h): GPT's fc1 GEMM writes both its output
-// and gelu(output), and the fc2 input-gradient GEMM multiplies by gelu'(pre-activation) as it
-// writes, so the two elementwise passes over the [tokens, 4h] activations (and their reads of
-// what the GEMM just wrote) disappear. Host code only: no kernel of ours, cuBLASLt's kernels.
+// GEMMs through cuBLASLt where LibTorch's do not reach (see kernels.h), host code only: cuBLASLt's
+// kernels, no kernel of ours.
+// - GeLU inside the epilogues: GPT's fc1 GEMM writes both its output and gelu(output), and the
+//   fc2 input-gradient GEMM multiplies by gelu'(pre-activation) as it writes, so the two
+//   elementwise passes over the [tokens, 4h] activations (and their reads of what the GEMM just
+//   wrote) disappear.
+// - fp8 (precision = "fp8"): E4M3/E5M2 operands with per-tensor scales, the output in bf16 or
+//   added into an fp32 main gradient (beta = 1: at::_scaled_mm has no accumulating form, and a
+//   separate add would read and write the fp32 gradient once more per micro-batch).
 //
 // Row-major tensors are column-major transposes, so a row-major C = A B is computed as the
 // column-major C^T = B^T A^T: the operands swap places and the dimensions read backwards.
@@ -26,8 +31,8 @@ void check(cublasStatus_t s, const char* what) {
     throw std::runtime_error(std::string("cuBLASLt ") + what + " failed: status " + std::to_string(int(s)));
 }
 
-// One column-major GEMM D[m, n] = op(A) op(B) with an epilogue; A stored [m, k] (op N) or [k, m]
-// (op T), B stored [k, n], all bf16 with fp32 accumulation.
+// One column-major GEMM D[m, n] (+)= op(A) op(B) with an epilogue; A stored [m, k] (op N) or
+// [k, m] (op T), B stored [k, n], fp32 accumulation. bf16 unless the types say otherwise.
 struct Gemm {
   bool transpose_a;
   int64_t m, n, k;
@@ -40,6 +45,11 @@ struct Gemm {
   cublasLtEpilogue_t epilogue;
   const void* bias;  // length m, or null
   void* aux;         // [m, n], leading dimension ldd
+  cudaDataType_t a_type = CUDA_R_16BF, b_type = CUDA_R_16BF, d_type = CUDA_R_16BF;
+  const float* a_scale = nullptr;  // fp8 operands: device scalars each operand is multiplied by
+  const float* b_scale = nullptr;
+  bool accumulate = false;  // D += op(A) op(B) (beta = 1)
+  bool fast_accum = false;  // fp8: Hopper's faster, less precise accumulation
 };
 
 // The largest power of two up to 256 dividing the address: cuBLASLt's kernels depend on it.
@@ -49,7 +59,7 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-using Key = std::array<int64_t, 15>;
+using Key = std::array<int64_t, 20>;
 
 // Multiprocessors this thread's GEMMs target (0: all), see set_gemm_sm_count_target.
 thread_local int sm_count_target = 0;
@@ -100,19 +110,26 @@ bool run(const Gemm& g, cudaStream_t stream) {
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
   if (g.bias) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (sm_count_target > 0) set(desc.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{sm_count_target});
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd);
-  check(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_16BF, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
+  if (g.aux) {
+    set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd);
+  }
+  if (g.a_scale) set(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
+  if (g.b_scale) set(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
+  if (g.fast_accum) set(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{1});
+  check(cublasLtMatrixLayoutCreate(&desc.a, g.a_type, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
         "layout A");
-  check(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_16BF, g.k, g.n, g.ldb), "layout B");
-  check(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_16BF, g.m, g.n, g.ldd), "layout D");
+  check(cublasLtMatrixLayoutCreate(&desc.b, g.b_type, g.k, g.n, g.ldb), "layout B");
+  check(cublasLtMatrixLayoutCreate(&desc.d, g.d_type, g.m, g.n, g.ldd), "layout D");
 
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) throw std::runtime_error("cuBLASLt GEMM: no current CUDA device");
   const uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_d = alignment(g.d),
-                 align_x = std::min(alignment(g.aux), g.bias ? alignment(g.bias) : 256u);
-  const Key key{device, g.transpose_a, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, int64_t(g.epilogue), g.bias != nullptr,
-                align_a, align_b, align_d, align_x, sm_count_target};
+                 align_x = std::min(g.aux ? alignment(g.aux) : 256u, g.bias ? alignment(g.bias) : 256u);
+  const Key key{device,         g.transpose_a,   g.m,       g.n,           g.k,         g.lda,
+                g.ldb,          g.ldd,           int64_t(g.epilogue), g.bias != nullptr, align_a, align_b,
+                align_d,        align_x,         sm_count_target,     int64_t(g.a_type), int64_t(g.b_type),
+                int64_t(g.d_type), g.accumulate, g.fast_accum};
   std::pair<bool, cublasLtMatmulAlgo_t> algo{};
   void* workspace = nullptr;
   {
@@ -145,12 +162,14 @@ bool run(const Gemm& g, cudaStream_t stream) {
     algo = it->second;
   }
   if (!algo.first) return false;  // no kernel for this epilogue and shape: the caller composes
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
   check(cublasLtMatmul(ctx.handle, desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, g.d, desc.d, g.d, desc.d,
                        &algo.second, workspace, kWorkspaceBytes, stream),
         "matmul");
   return true;
 }
+
+cudaDataType_t cuda_type(Fp8 f) { return f == Fp8::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
 
 }  // namespace
 
@@ -179,6 +198,28 @@ bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad
   // grad_pre^T = w^T grad_out^T, A = w^T (stored [in, out_f]), B = grad_out^T (stored [out_f, rows]).
   const Gemm g{false, in_features, rows, out_features, w, in_features, grad_out, out_features, grad_pre, in_features,
                CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<void*>(pre)};
+  return run(g, static_cast<cudaStream_t>(stream));
+}
+
+bool gemm_fp8_supported(int64_t rows, int64_t cols, int64_t k) {
+  return rows > 0 && cols > 0 && k > 0 && rows % 16 == 0 && cols % 16 == 0 && k % 16 == 0;
+}
+
+bool gemm_fp8(const Fp8Operand& a, const Fp8Operand& b, const void* bias, DType d_type, void* d, int64_t rows,
+              int64_t cols, int64_t k, bool accumulate, bool fast_accum, void* stream) {
+  if (!gemm_fp8_supported(rows, cols, k) || (a.format == Fp8::e5m2 && b.format == Fp8::e5m2)) return false;
+  // Row-major d[rows, cols] = a[rows, k] b[cols, k]^T is column-major d^T = b a^T: A = b (stored
+  // [k, cols] column-major, transposed), B = a (stored [k, rows]): the "TN" layout, the only one
+  // Hopper's fp8 GEMMs take.
+  Gemm g{true, cols, rows, k, b.data, k, a.data, k, d, cols, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+         bias, nullptr};
+  g.a_type = cuda_type(b.format);
+  g.b_type = cuda_type(a.format);
+  g.d_type = d_type == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+  g.a_scale = b.scale;
+  g.b_scale = a.scale;
+  g.accumulate = accumulate;
+  g.fast_accum = fast_accum;
   return run(g, static_cast<cudaStream_t>(stream));
 }
 

@@ -1,0 +1,445 @@
+// The linear layers' arithmetic and communication (layers.h: linear, linear_gelu, gelu_linear,
+// linear_bias, the weight-gradient queue): one autograd function per form, each overlapping its
+// tensor-parallel collectives with its GEMMs; the modules that call them are in layers.cpp.
+#include "engine/parallel/layers.h"
+
+#include "engine/core/autograd_state.h"
+#include "engine/core/error.h"
+#include "engine/core/torch_compat.h"
+#include "engine/kernels/fused_ops.h"
+#include "engine/parallel/collective_matmul.h"
+#include "engine/parallel/mappings.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+namespace me::parallel {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void WeightGradQueue::begin_micro_batch() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  batches_.emplace_back();
+}
+
+void WeightGradQueue::push(std::function<void()> gemms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ME_CHECK(!batches_.empty(), "weight-gradient queue: a GEMM queued outside a micro-batch's backward");
+  batches_.back().push_back(std::move(gemms));
+}
+
+size_t WeightGradQueue::micro_batches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return batches_.size();
+}
+
+void WeightGradQueue::run_oldest() {
+  std::vector<std::function<void()>> oldest;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (batches_.empty()) return;
+    oldest = std::move(batches_.front());
+    batches_.pop_front();
+  }
+  for (auto& gemms : oldest) gemms();
+}
+
+void WeightGradQueue::run_down_to(size_t keep) {
+  while (micro_batches() > keep) run_oldest();
+}
+
+void WeightGradQueue::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  batches_.clear();
+}
+
+torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (!b.defined() || !x.is_contiguous() || !kernels::use(kernels::Op::linear_bias, x))
+    return torch::nn::functional::linear(x, w, b);
+  auto sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  return torch::addmm(b, x.reshape({-1, x.size(-1)}), w.t()).view(sizes);
+}
+
+namespace {
+
+// The fp8 operands of a weight gradient dy^T x (precision = "fp8"): dy^T and x^T, row-major.
+struct Fp8WeightGrad {
+  kernels::Fp8Matrix dy_t, x_t;
+};
+
+// The weight and bias gradients of y = x w^T + b from dy [rows, out] and x [rows, in] (or, in
+// fp8, q's operands): into the sink's main grads, one GEMM per micro-batch writing in their
+// dtype (fp32, or bf16) and adding into what earlier micro-batches left there, each marked
+// written; or, with no sink (or a weight it does not hold), returned.
+std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
+                                                             const torch::Tensor& w, const torch::Tensor& b,
+                                                             MainGradSink* sink, const std::optional<Fp8WeightGrad>& q) {
+  torch::Tensor dw, db;
+  bool accumulate = false;
+  if (auto main = sink ? sink->main_grad(w, &accumulate) : torch::Tensor(); main.defined()) {
+    if (q) kernels::fp8_gemm_nt_into(main, q->dy_t, q->x_t, accumulate);
+    else compat::matmul_into(main, dy.t(), x, accumulate);
+    sink->mark_written(w);
+  } else {
+    dw = q ? kernels::fp8_gemm_nt(q->dy_t, q->x_t, w.scalar_type()) : dy.t().mm(x);
+  }
+  if (!b.defined()) return {dw, db};
+  if (auto main = sink ? sink->main_grad(b, &accumulate) : torch::Tensor(); main.defined()) {
+    if (dy.is_cuda()) {
+      // The column sums as ones^T dy, written (or added) by cuBLAS in the main grad's dtype: one
+      // read of dy, measured 15% faster than LibTorch's dim-0 sum on the H100, and no separate add.
+      auto row = main.view({1, -1});
+      compat::matmul_into(row, torch::ones({1, dy.size(0)}, dy.options()), dy, accumulate);
+    } else {
+      auto sum = dy.sum(0, /*keepdim=*/false, main.scalar_type());
+      accumulate ? main.add_(sum) : main.copy_(sum);
+    }
+    sink->mark_written(b);
+  } else {
+    db = dy.sum(0);
+  }
+  return {dw, db};
+}
+
+// compute_weight_grads, or, while the sink holds weight gradients back (a pipeline schedule's
+// parallel.pp_deferred_wgrads) and both go into its main grads, the same GEMMs queued for later.
+std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
+                                                     const torch::Tensor& w, const torch::Tensor& b,
+                                                     MainGradSink* sink, const std::optional<Fp8WeightGrad>& q = {}) {
+  bool accumulate = false;
+  if (auto* queue = sink ? sink->held_back() : nullptr;
+      queue && sink->main_grad(w, &accumulate).defined() && (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
+    queue->push([dy, x, w, b, sink, q] {
+      torch::NoGradGuard no_grad;  // as inside backward: plain GEMMs into the buffer
+      compute_weight_grads(dy, x, w, b, sink, q);
+    });
+    return {};
+  }
+  return compute_weight_grads(dy, x, w, b, sink, q);
+}
+
+// {x w^T + b, gelu of it} from one GEMM (cuBLASLt's epilogue), or composed where cuBLASLt offers
+// no kernel for the shape.
+kernels::Activated gelu_epilogue(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (auto a = kernels::linear_gelu(x, w, b); a.pre.defined()) return a;
+  auto pre = linear_bias(x, w, b);
+  return {pre, torch::gelu(pre, "tanh")};
+}
+
+// A [..., n] tensor as rows [-1, n]: `rows_of` for inputs (a copy if they need one), `rows_in`
+// for outputs about to be written (a view, or an error, since writes must reach the tensor).
+torch::Tensor rows_of(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+torch::Tensor rows_in(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); }
+
+// The same two into existing outputs: rows x2 [n, in] into pre and act (act undefined: no GeLU).
+void linear_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, torch::Tensor pre,
+                 torch::Tensor act) {
+  if (act.defined() && kernels::gemm_gelu_fits(x2, w) && kernels::linear_gelu(x2, w, b, {pre, act}).pre.defined())
+    return;
+  if (b.defined() && (!x2.is_cuda() || kernels::use(kernels::Op::linear_bias, x2))) {
+    at::addmm_out(pre, b, x2, w.t());  // the bias in the GEMM's epilogue, as linear_bias
+  } else {
+    at::mm_out(pre, x2, w.t());
+    if (b.defined()) pre.add_(b);
+  }
+  if (act.defined()) act.copy_(torch::gelu(pre, "tanh"));
+}
+
+// Rows x2 of pre's gradient, (dy w) * gelu'(pre), into `into` (one GEMM with the dGeLU epilogue
+// where cuBLASLt has one).
+void dgelu_into(const torch::Tensor& dy2, const torch::Tensor& w, const torch::Tensor& pre2, torch::Tensor into) {
+  if (kernels::gemm_gelu_fits(dy2, w.t()) && kernels::matmul_dgelu(dy2, w, pre2, into).defined()) return;
+  into.copy_(at::gelu_backward(dy2.mm(w), pre2, "tanh"));
+}
+
+// A row-parallel layer's output under sequence parallelism: this rank's tokens of the TP sum of
+// the partial products f(first, n) (rows first .. first + n of x times the weight, [n, cols]).
+// With the overlap, each other rank's rows are computed and sent to it while the next rows are
+// computed; else one GEMM, then one reduce-scatter.
+using RowsProduct = std::function<torch::Tensor(int64_t first, int64_t n)>;
+torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const TensorParallel& tp, const RowsProduct& f) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = cols;
+  const int64_t rows = x.numel() / x.size(-1);
+  if (!tp.overlap_comm) return reduce_scatter_tokens(f(0, rows).view(sizes), *tp.group);
+  check_tokens_split(x, tp.size(), "sequence-parallel reduce-scatter");
+  sizes[1] /= tp.size();
+  return reduce_scatter_rows(rows / tp.size(), tp, f).view(sizes);
+}
+
+// The product of rows of x2 and w (+ b): reduce_scattered's f in the training dtype.
+RowsProduct rows_times(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b) {
+  return [x2, w, b](int64_t first, int64_t n) { return linear_bias(x2.narrow(0, first, n), w, b); };
+}
+
+// The gradient of reduce_scattered's input from this rank's tokens' output gradient dy: dy
+// all-gathered over the tokens (returned, for the weight gradient) while the input gradient of
+// this rank's own rows is computed by rows_into, then the rest.
+torch::Tensor gathered_grad(const torch::Tensor& dy, const TensorParallel& tp, const RowsInto& rows_into) {
+  if (tp.overlap_comm) return all_gather_rows(dy, tp, rows_into);
+  auto full = all_gather_tokens(dy, *tp.group);
+  rows_into(rows_of(full), 0);
+  return full;
+}
+
+// The linear functions below take their tensors as one TensorList and exactly one other
+// argument (a LinearCall or a LinearComm). A backward returns the gradients in the order of
+// the inputs, then nothing for that argument; autograd drops trailing undefined ones (a missing
+// bias's, the argument's), so no list needs counting.
+variable_list input_grads(std::initializer_list<torch::Tensor> tensor_grads) {
+  variable_list out(tensor_grads);
+  out.emplace_back();  // the one non-tensor argument
+  return out;
+}
+
+// A LinearMainGrad call: how the layer communicates, and whether GeLU joins the GEMM.
+struct LinearCall {
+  LinearComm comm;
+  bool gelu = false;
+};
+
+// LinearMainGrad's forward arithmetic, the same with autograd and without (recomputation runs
+// the forward both ways and must get the same numbers): {the input as the GEMM saw it, output}.
+struct LinearForward {
+  torch::Tensor x;
+  kernels::Activated y;
+  kernels::Fp8Tensor qx;  // precision = "fp8": x cast, with its transposed copy when for_backward
+};
+
+// linear_forward in fp8: the input gathered whole (under sequence parallelism) and cast once,
+// the rows' products in fp8 (a row layer's still reduce-scattered as they are computed).
+LinearForward linear_forward_fp8(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
+                                 const LinearComm& comm, bool for_backward) {
+  LinearForward f;
+  const auto* tp = comm.column_tp();
+  f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
+  const auto x2 = rows_of(f.x);
+  kernels::check_fp8_aligned(x2.size(0), "the number of rows (tokens) of a linear layer's input");
+  f.qx = kernels::fp8_cast(x2, comm.fp8->scales.input, /*transposed=*/for_backward);
+  const auto qx = f.qx.matrix(), qw = comm.fp8->weight(w).matrix();
+  const auto dtype = in.scalar_type();
+  const RowsProduct product = [&](int64_t first, int64_t n) {
+    return kernels::fp8_gemm_nt(qx.rows(first, n), qw, dtype, b, /*fast_accum=*/true);
+  };
+  if (const auto* out_tp = comm.row_tp()) {
+    f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, product);
+  } else {
+    auto sizes = f.x.sizes().vec();
+    sizes.back() = w.size(0);
+    f.y.pre = product(0, x2.size(0)).view(sizes);
+  }
+  return f;
+}
+
+// for_backward: the forward of an autograd function, which keeps what its backward needs.
+LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
+                             const LinearComm& comm, bool gelu, bool for_backward) {
+  if (comm.fp8) return linear_forward_fp8(in, w, b, comm, for_backward);
+  LinearForward f;
+  const auto* tp = comm.column_tp();
+  if (tp && tp->sequence_parallel && tp->overlap_comm) {
+    auto sizes = gathered_tokens_shape(in, tp->size());
+    sizes.back() = w.size(0);
+    f.y.pre = torch::empty(sizes, in.options());
+    if (gelu) f.y.out = torch::empty(sizes, in.options());
+    const auto pre2 = rows_in(f.y.pre), act2 = gelu ? rows_in(f.y.out) : torch::Tensor();
+    f.x = all_gather_rows(in, *tp, [&](const torch::Tensor& rows, int64_t first) {
+      const auto n = rows.size(0);
+      linear_into(rows, w, b, pre2.narrow(0, first, n), gelu ? act2.narrow(0, first, n) : torch::Tensor());
+    });
+    return f;
+  }
+  f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
+  if (const auto* out_tp = comm.row_tp()) f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, rows_times(rows_of(f.x), w, b));
+  else if (gelu) f.y = gelu_epilogue(f.x, w, b);
+  else f.y.pre = linear_bias(f.x, w, b);
+  return f;
+}
+
+// The input gradient of a column layer's input, reduced over TP (all-reduce, or reduce-scatter
+// of the tokens under sequence parallelism), on a side stream when the layer overlaps its
+// collectives; `join` waits for it.
+void reduce_input_grad(torch::Tensor& dx, const TensorParallel& tp, std::function<void()>& join) {
+  if (tp.sequence_parallel && tp.overlap_comm)
+    if (auto finish = start_peer_reduce_scatter(dx, tp)) {  // the copy engines (TensorParallel::peers)
+      join = [&dx, finish] { dx = finish(); };
+      return;
+    }
+  auto full = dx;
+  auto reduce = [&dx, full, &tp] {
+    if (tp.sequence_parallel) dx = reduce_scatter_tokens(full, *tp.group);
+    else tp.group->all_reduce(dx, comm::ReduceOp::sum);
+  };
+  if (tp.overlap_comm) join = start_collective({full}, reduce, &dx);
+  else reduce();
+}
+
+// LinearMainGrad's input gradient in fp8: the output gradient (gathered whole over the tokens for
+// a row layer: its cast needs all of it) cast to E5M2, dx = dy W from the weight's cached
+// transposed cast. Returns dy's rows, dx (the input's shape) and the weight gradient's operands.
+struct Fp8InputGrad {
+  torch::Tensor dy, dx;
+  Fp8WeightGrad wgrad;
+};
+Fp8InputGrad fp8_input_grad(AutogradContext* ctx, const torch::Tensor& grad, const torch::Tensor& x_t,
+                            const torch::Tensor& w, const LinearComm& comm) {
+  const auto* out_tp = comm.row_tp();
+  const auto dy = rows_of(out_tp ? all_gather_tokens(grad.contiguous(), *out_tp->group) : grad);
+  const auto qdy = kernels::fp8_cast(dy, comm.fp8->scales.grad_output, /*transposed=*/true);
+  auto dx = kernels::fp8_gemm_nt(qdy.matrix(), comm.fp8->weight(w).transposed(), grad.scalar_type());
+  const kernels::Fp8Matrix x_t_matrix{x_t, ctx->saved_data["x_scale_inv"].toTensor(), kernels::Fp8::e4m3};
+  return {dy, dx.view(ctx->saved_data["x_sizes"].toIntVector()), {qdy.transposed(), x_t_matrix}};
+}
+
+// y = x w^T + b communicating as its LinearComm says (layers.h), the weight gradients through
+// weight_grads (gradient-accumulation fusion). With gelu: outputs {pre, gelu(pre)} from one
+// GEMM (GeLU in cuBLASLt's epilogue); the second carries no gradient (gelu_linear, its consumer,
+// differentiates through pre). Inputs {x, w} or {x, w, b} (an autograd function's inputs must be
+// defined tensors).
+struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList in, const LinearCall& call) {
+    const auto& comm = call.comm;
+    const bool gelu = call.gelu;
+    save_state(ctx, "comm", comm);
+    // gelu(pre) never has a gradient: without this LibTorch would zero-fill one for it, a full
+    // [tokens, 4h] pass per layer.
+    ctx->set_materialize_grads(false);
+    const auto b = in.size() > 2 ? in[2] : torch::Tensor();
+    auto f = linear_forward(in[0], in[1], b, comm, gelu, /*for_backward=*/true);
+    auto saved = in.vec();
+    saved[0] = f.x;
+    if (comm.fp8) {  // x^T in fp8 is all the weight gradient reads: kept instead of x, at 1 byte
+      saved[0] = f.qx.data_t;
+      ctx->saved_data["x_scale_inv"] = f.qx.scale_inv;
+      ctx->saved_data["x_sizes"] = f.x.sizes().vec();
+    }
+    ctx->save_for_backward(saved);
+    if (!gelu) return {f.y.pre};
+    ctx->mark_non_differentiable({f.y.out});
+    return {f.y.pre, f.y.out};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const auto b = saved.size() > 2 ? saved[2] : torch::Tensor();
+    const auto& comm = saved_state<LinearComm>(ctx, "comm");
+    if (!grads[0].defined()) return {};  // nothing flowed back
+    torch::Tensor dy, dx;
+    std::optional<Fp8WeightGrad> q;
+    if (comm.fp8) {
+      auto g = fp8_input_grad(ctx, grads[0], x, w, comm);
+      dy = g.dy, dx = g.dx, q = g.wgrad;
+    } else if (const auto* out_tp = comm.row_tp()) {
+      dx = torch::empty(x.sizes(), x.options());
+      const auto dx2 = rows_in(dx);
+      dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
+        auto into = dx2.narrow(0, first, rows.size(0));
+        at::mm_out(into, rows, w);
+      }));
+    } else {
+      dy = rows_of(grads[0]);
+      dx = dy.mm(w).view(x.sizes());
+    }
+    std::function<void()> join = [] {};
+    const auto* tp = comm.column_tp();
+    if (tp) reduce_input_grad(dx, *tp, join);
+    torch::Tensor dw, db;
+    if (ctx->needs_input_grad(1) || (b.defined() && ctx->needs_input_grad(2))) {  // not for a frozen layer
+      std::optional<SmMarginForCollective> margin;
+      if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
+      std::tie(dw, db) = weight_grads(dy, q ? torch::Tensor() : rows_of(x), w, b, comm.sink, q);
+    }
+    join();
+    return input_grads({dx, dw, db});
+  }
+};
+
+// GeluLinearMainGrad's forward, with autograd or without.
+torch::Tensor gelu_linear_forward(const torch::Tensor& act, const torch::Tensor& w, const torch::Tensor& b,
+                                  const LinearComm& comm) {
+  if (const auto* out_tp = comm.row_tp()) return reduce_scattered(act, w.size(0), *out_tp, rows_times(rows_of(act), w, b));
+  return linear_bias(act, w, b);
+}
+
+// y = act w^T + b where act = gelu(pre) came from LinearMainGrad's epilogue: backward forms
+// pre's gradient (dy w) * gelu'(pre) in the input-gradient GEMM's epilogue. As a row layer,
+// as LinearMainGrad's: the output reduce-scattered over the tokens, overlapped both ways.
+// Inputs {pre, act, w} or {pre, act, w, b}.
+struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad> {
+  static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, const LinearComm& comm) {
+    save_state(ctx, "comm", comm);
+    ctx->save_for_backward(in.vec());
+    return gelu_linear_forward(in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor(), comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &pre = saved[0], &act = saved[1], &w = saved[2];
+    const auto b = saved.size() > 3 ? saved[3] : torch::Tensor();
+    const auto& comm = saved_state<LinearComm>(ctx, "comm");
+    auto dpre = torch::empty(pre.sizes(), pre.options());
+    const auto dpre2 = rows_in(dpre), pre2 = rows_of(pre);
+    auto rows_into = [&](const torch::Tensor& rows, int64_t first) {
+      const auto n = rows.size(0);
+      dgelu_into(rows, w, pre2.narrow(0, first, n), dpre2.narrow(0, first, n));
+    };
+    torch::Tensor dy;
+    if (const auto* out_tp = comm.row_tp()) {
+      dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, rows_into));
+    } else {
+      dy = rows_of(grads[0]);
+      rows_into(dy, 0);
+    }
+    torch::Tensor dw, db;
+    if (ctx->needs_input_grad(2) || (b.defined() && ctx->needs_input_grad(3)))  // not for a frozen layer
+      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, b, comm.sink);
+    return input_grads({dpre, torch::Tensor(), dw, db});
+  }
+};
+
+// A row layer's output is reduce-scattered inside the GEMM's function only under sequence
+// parallelism (without it the layer all-reduces after the GEMM), and its bias is added after.
+void check_row(const LinearComm& comm, const torch::Tensor& b) {
+  if (!comm.row_tp()) return;
+  ME_CHECK(comm.tp->sequence_parallel, "linear: a row role is for sequence parallelism (without it the layer all-reduces)");
+  ME_CHECK(!b.defined(), "linear: a row layer's bias is added after the reduction, by the caller");
+}
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm) {
+  check_row(comm, b);
+  const bool communicates = comm.column_tp() || comm.row_tp();
+  if (!communicates && !comm.fp8 && (!comm.sink || !torch::GradMode::is_enabled() || !w.requires_grad()))
+    return linear_bias(x, w, b);
+  if (!torch::GradMode::is_enabled() || (comm.fp8 && !w.requires_grad() && !x.requires_grad()))
+    return linear_forward(x, w, b, comm, false, /*for_backward=*/false).y.pre;
+  const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
+  // As a TensorList: a std::vector would be taken for a non-tensor argument (no gradient).
+  return LinearMainGrad::apply(at::TensorList(in), LinearCall{comm, false})[0];
+}
+
+kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                               const LinearComm& comm) {
+  ME_CHECK(comm.role != LinearComm::Role::row, "linear_gelu: the GeLU epilogue is a column (or local) layer's");
+  ME_CHECK(!comm.fp8, "linear_gelu: no GeLU epilogue in fp8 (forward_gelu composes instead)");
+  if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, comm, true, /*for_backward=*/false).y;
+  const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
+  auto out = LinearMainGrad::apply(at::TensorList(in), LinearCall{comm, true});
+  return {out[0], out[1]};
+}
+
+torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
+                          const LinearComm& comm) {
+  ME_CHECK(comm.role != LinearComm::Role::column, "gelu_linear: the dGeLU epilogue is a row (or local) layer's");
+  ME_CHECK(!comm.fp8, "gelu_linear: no dGeLU epilogue in fp8 (forward_gelu composes instead)");
+  check_row(comm, b);
+  if (!torch::GradMode::is_enabled() || (!w.requires_grad() && !a.pre.requires_grad()))
+    return gelu_linear_forward(a.out, w, b, comm);
+  const auto in = b.defined() ? variable_list{a.pre, a.out, w, b} : variable_list{a.pre, a.out, w};
+  return GeluLinearMainGrad::apply(at::TensorList(in), comm);
+}
+
+}  // namespace me::parallel
