@@ -38,7 +38,7 @@ bool run(DType dt, Fp8 f, const char* name, int64_t rows, int64_t cols, float sc
   dev::upload(d_x, x);
   CUDA_CHECK(cudaMemcpy(d_scale.ptr, &scale_value, sizeof(float), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemset(d_amax.ptr, 0, sizeof(float)));
-  fp8_cast_transpose(dt, f, d_x.ptr, rows, cols, d_scale.ptr, d_q.ptr, d_qt.ptr, d_amax.ptr, nullptr);
+  fp8_cast_transpose(dt, f, d_x.ptr, rows, cols, d_scale.ptr, d_q.ptr, d_qt.ptr, d_amax.ptr, nullptr, nullptr);
   std::vector<uint8_t> q(n), qt(n);
   float amax = 0;
   CUDA_CHECK(cudaMemcpy(q.data(), d_q.ptr, n, cudaMemcpyDeviceToHost));
@@ -51,10 +51,10 @@ bool run(DType dt, Fp8 f, const char* name, int64_t rows, int64_t cols, float sc
               ok ? "ok  " : "FAIL", bad, n, bad_t, amax, amax_ref);
   if (n >= (size_t{1} << 20)) {
     dev::report("cast", dev::time_ms([&] {
-      fp8_cast_transpose(dt, f, d_x.ptr, rows, cols, d_scale.ptr, d_q.ptr, nullptr, d_amax.ptr, nullptr);
+      fp8_cast_transpose(dt, f, d_x.ptr, rows, cols, d_scale.ptr, d_q.ptr, nullptr, d_amax.ptr, nullptr, nullptr);
     }), double(n) * (sizeof(T) + 1));
     dev::report("cast + transpose", dev::time_ms([&] {
-      fp8_cast_transpose(dt, f, d_x.ptr, rows, cols, d_scale.ptr, d_q.ptr, d_qt.ptr, d_amax.ptr, nullptr);
+      fp8_cast_transpose(dt, f, d_x.ptr, rows, cols, d_scale.ptr, d_q.ptr, d_qt.ptr, d_amax.ptr, nullptr, nullptr);
     }), double(n) * (sizeof(T) + 2));
   }
   return ok;

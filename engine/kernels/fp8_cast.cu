@@ -28,7 +28,9 @@ __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
 
 template <typename T, Fp8 F>
 __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, const float* __restrict__ scale,
-                                      uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, float* __restrict__ amax) {
+                                      uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, float* __restrict__ amax,
+                                      float* __restrict__ scale_inv) {
+  if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *scale_inv = 1.f / *scale;
   __shared__ uint8_t tile[kTile][kTile + 4];  // + 4: no bank conflicts on the column reads
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -78,12 +80,14 @@ __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
 template <typename T, Fp8 F>
 __global__ void __launch_bounds__(kBigThreads)
     cast_transpose_aligned_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, const float* __restrict__ scale,
-                                  uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, float* __restrict__ amax) {
+                                  uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, float* __restrict__ amax,
+                                  float* __restrict__ scale_inv) {
   __shared__ uint8_t tile[kBig][kBig + 4];  // + 4: the column reads below spread over the banks
   __shared__ float warp_max[kBigThreads / 32];
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kBig, c0 = static_cast<int64_t>(blockIdx.x) * kBig;
   const int tid = static_cast<int>(threadIdx.x);
   const float s = *scale;
+  if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) *scale_inv = 1.f / s;
   float local_max = 0.f;
   // 64 rows x 8 vectors of 8 columns: two vectors per thread, both loaded before either is used
   float v[2][8];
@@ -129,10 +133,24 @@ __global__ void __launch_bounds__(kBigThreads)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+__global__ void delayed_scale_update_kernel(float* history, int64_t length, int64_t next, float* amax, float* scale,
+                                            float top) {
+  history[next] = *amax;
+  *amax = 0.f;
+  float m = 0.f;
+  bool finite = true;
+  for (int64_t i = 0; i < length; ++i) {
+    const float h = history[i];
+    finite = finite && isfinite(h);
+    m = fmaxf(m, h);
+  }
+  if (finite && m > 0.f) *scale = top / m;
+}
+
 }  // namespace
 
 void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
-                        uint8_t* out_t, float* amax, void* stream) {
+                        uint8_t* out_t, float* amax, float* scale_inv, void* stream) {
   if (rows <= 0 || cols <= 0) return;
   const auto st = detail::as_stream(stream);
   if (rows % kBig == 0 && cols % kBig == 0 && aligned16(x) && aligned16(out) && (!out_t || aligned16(out_t))) {
@@ -140,9 +158,11 @@ void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t col
     ME_DISPATCH_FLOAT(t, "fp8_cast_transpose", {
       const auto* in = static_cast<const scalar_t*>(x);
       if (f == Fp8::e4m3)
-        cast_transpose_aligned_kernel<scalar_t, Fp8::e4m3><<<grid, kBigThreads, 0, st>>>(in, rows, cols, scale, out, out_t, amax);
+        cast_transpose_aligned_kernel<scalar_t, Fp8::e4m3>
+            <<<grid, kBigThreads, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
       else
-        cast_transpose_aligned_kernel<scalar_t, Fp8::e5m2><<<grid, kBigThreads, 0, st>>>(in, rows, cols, scale, out, out_t, amax);
+        cast_transpose_aligned_kernel<scalar_t, Fp8::e5m2>
+            <<<grid, kBigThreads, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
     });
     detail::check_launch("fp8_cast_transpose");
     return;
@@ -152,11 +172,17 @@ void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t col
   ME_DISPATCH_FLOAT(t, "fp8_cast_transpose", {
     const auto* in = static_cast<const scalar_t*>(x);
     if (f == Fp8::e4m3)
-      cast_transpose_kernel<scalar_t, Fp8::e4m3><<<grid, block, 0, st>>>(in, rows, cols, scale, out, out_t, amax);
+      cast_transpose_kernel<scalar_t, Fp8::e4m3><<<grid, block, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
     else
-      cast_transpose_kernel<scalar_t, Fp8::e5m2><<<grid, block, 0, st>>>(in, rows, cols, scale, out, out_t, amax);
+      cast_transpose_kernel<scalar_t, Fp8::e5m2><<<grid, block, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
   });
   detail::check_launch("fp8_cast_transpose");
+}
+
+void fp8_delayed_scale_update(float* history, int64_t length, int64_t next, float* amax, float* scale, float top,
+                              void* stream) {
+  delayed_scale_update_kernel<<<1, 1, 0, detail::as_stream(stream)>>>(history, length, next, amax, scale, top);
+  detail::check_launch("fp8_delayed_scale_update");
 }
 
 }  // namespace me::kernels

@@ -44,14 +44,14 @@ Fp8Tensor fp8_cast(const torch::Tensor& x, Fp8Scale& s, bool transposed) {
              "fp8_cast: expected bf16 or float32, got ", in.scalar_type());
     const int64_t rows = in.size(0), cols = in.size(1);
     const auto bytes = in.options().dtype(torch::kByte);
+    // scale_inv: this cast's own (the kernel writes it), since the scale moves on right after
     Fp8Tensor r{torch::empty({rows, cols}, bytes), transposed ? torch::empty({cols, rows}, bytes) : torch::Tensor(),
-                scale.reciprocal(), s.format()};
-    auto amax = torch::zeros({1}, in.options().dtype(torch::kFloat32));
+                torch::empty({1}, scale.options()), s.format()};
     fp8_cast_transpose(in.scalar_type() == torch::kBFloat16 ? DType::bf16 : DType::f32, s.format(), in.data_ptr(), rows,
                        cols, scale.data_ptr<float>(), r.data.data_ptr<uint8_t>(),
-                       transposed ? r.data_t.data_ptr<uint8_t>() : nullptr, amax.data_ptr<float>(),
-                       c10::cuda::getCurrentCUDAStream().stream());
-    if (s.delayed()) s.record(amax);
+                       transposed ? r.data_t.data_ptr<uint8_t>() : nullptr, s.cast_amax().data_ptr<float>(),
+                       r.scale_inv.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
+    if (s.delayed()) s.record_cast_amax();
     return r;
   }
 #endif

@@ -2,7 +2,13 @@
 
 #include <cmath>
 
+#include "engine/core/build_config.h"  // ME_HAVE_CUDA_KERNELS
 #include "engine/core/error.h"
+#include "engine/core/torch_compat.h"
+
+#if ME_HAVE_CUDA_KERNELS && ME_TORCH_HAS_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace me::kernels {
 
@@ -65,6 +71,26 @@ void Fp8Scale::record(const torch::Tensor& amax) {
   next_ = (next_ + 1) % options_.history;
   seeded_ = true;
   if (options_.mode == "delayed") update_from(history_.max().reshape({1}));
+}
+
+torch::Tensor& Fp8Scale::cast_amax() {
+  if (!cast_amax_.defined()) cast_amax_ = torch::zeros({1}, scale_.options());
+  return cast_amax_;
+}
+
+void Fp8Scale::record_cast_amax() {
+#if ME_HAVE_CUDA_KERNELS && ME_TORCH_HAS_CUDA
+  if (options_.mode == "delayed" && scale_.is_cuda()) {
+    fp8_delayed_scale_update(history_.data_ptr<float>(), options_.history, next_, cast_amax().data_ptr<float>(),
+                             scale_.data_ptr<float>(), static_cast<float>(fp8_max(format_) * std::pow(2.0, -options_.margin)),
+                             c10::cuda::getCurrentCUDAStream().stream());
+    next_ = (next_ + 1) % options_.history;
+    seeded_ = true;
+    return;
+  }
+#endif
+  record(cast_amax().clone());
+  cast_amax().zero_();
 }
 
 torch::Tensor Fp8Scale::state() const {

@@ -41,6 +41,11 @@ class Fp8Scale {
   // A delayed scale's update after the cast: amax (a float32 tensor [1], the cast's by-product)
   // enters the history and the scale follows it.
   void record(const torch::Tensor& amax);
+  // On the GPU the fused cast takes its amax into this buffer (float32 [1] on the state's
+  // device), and record_cast_amax() then records it and updates a delayed scale in one launch
+  // (kernels.h fp8_delayed_scale_update), where record() would take a dozen small ones.
+  torch::Tensor& cast_amax();
+  void record_cast_amax();
   const torch::Tensor& scale() const { return scale_; }
   const torch::Tensor& history() const { return history_; }
   Fp8 format() const { return format_; }
@@ -55,7 +60,7 @@ class Fp8Scale {
   void update_from(const torch::Tensor& amax);
   Fp8 format_;
   Fp8ScalingOptions options_;
-  torch::Tensor history_, scale_;
+  torch::Tensor history_, scale_, cast_amax_;
   int64_t next_ = 0;
   bool seeded_ = false;  // an amax was recorded (or the state loaded)
 };

@@ -104,10 +104,17 @@ inline float fp8_max(Fp8 f) { return f == Fp8::e4m3 ? 448.f : 57344.f; }
 // One pass over x [rows, cols] (row-major, bf16 or f32): out = fp8(x * scale[0]) row-major, and,
 // when out_t is not null, the same values transposed ([cols, rows], row-major: the K-major
 // operand cuBLASLt's fp8 GEMMs need for the weight and input gradients); amax[0] = max(amax[0],
-// max |x|) (for the scale of later steps: delayed scaling). scale and amax are device fp32.
-// Columns and rows of any size (tiles of 32 x 32 with edges).
+// max |x|) (for the scale of later steps: delayed scaling); scale_inv[0] = 1 / scale[0] when
+// scale_inv is not null (what the GEMM multiplies back, fixed with this cast while the scale
+// moves on). scale, amax and scale_inv are device fp32. Rows and columns of any size (fastest
+// when both are multiples of 64).
 void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
-                        uint8_t* out_t, float* amax, void* stream);
+                        uint8_t* out_t, float* amax, float* scale_inv, void* stream);
+// A delayed scale's update after a cast (fp8_scaling.h), one launch: history[next] = amax[0],
+// amax[0] = 0, and scale[0] = top / max(history) where that maximum is positive and finite (else
+// the scale stays). history has `length` device fp32 entries.
+void fp8_delayed_scale_update(float* history, int64_t length, int64_t next, float* amax, float* scale, float top,
+                              void* stream);
 
 // --- fp8 GEMMs (cublaslt_gemm.cpp; cuBLASLt's kernels) ------------------------------------------
 // An fp8 matrix, row-major, and the device fp32 scalar it is multiplied by in the GEMM (1 / the

@@ -117,9 +117,28 @@ TEST_CASE("fp8 linear on the GPU (fused cast, cuBLASLt fp8 GEMMs) = its CPU emul
     const double tol = dtype == torch::kFloat32 ? 1e-5 : 1e-2;
     // the forward accumulates the fast way (Hopper's FAST_ACCUM, as Transformer Engine)
     CHECK(relative_error(got.y.cpu(), want.y) < std::max(tol, 2e-3));
-    CHECK(relative_error(got.dx.cpu(), want.dx) < tol);
-    CHECK(relative_error(got.dw.cpu(), want.dw) < tol);
+    // fp32: Hopper's fp8 MMA accumulates with fewer bits than fp32 (a few 1e-5 seen on the H100)
+    CHECK(relative_error(got.dx.cpu(), want.dx) < std::max(tol, 2e-4));
+    CHECK(relative_error(got.dw.cpu(), want.dw) < std::max(tol, 2e-4));
     CHECK(relative_error(got.db.cpu(), want.db) < tol);
+  }
+}
+
+TEST_CASE("fp8 delayed scales on the GPU (fused amax and update kernels) = the CPU's", "[fp8][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA GPU: checked on the GPU machine");
+    return;
+  }
+  Fp8ScalingOptions o;
+  o.history = 3;
+  Fp8LinearScales on_cpu(o, torch::kCPU), on_gpu(o, torch::Device(torch::kCUDA, 0));
+  for (int step = 0; step < 5; ++step) {  // past the history's length: the oldest amax drops out
+    auto c = make_case(torch::kCPU, torch::kFloat32);
+    c.x.mul_(1.0 + step), c.dy.mul_(3.0 - 0.5 * step);
+    const Case cg{c.x.cuda(), c.w.cuda(), c.b.cuda(), c.dy.cuda()};
+    const auto want = run(c, on_cpu), got = run(cg, on_gpu);
+    CHECK(relative_error(got.y.cpu(), want.y) < 2e-3);
+    CHECK(torch::allclose(on_gpu.state().cpu(), on_cpu.state(), 1e-6, 0));
   }
 }
 
