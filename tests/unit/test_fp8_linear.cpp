@@ -168,8 +168,6 @@ TEST_CASE("fp8 in the model's linear layers = fp8_linear; the weight cast follow
   CHECK(torch::equal(dx, want.dx));
   CHECK(torch::equal(layer->weight.grad(), want.dw));
   CHECK(torch::equal(layer->bias.grad(), want.db));
-  // GPT's fc1: no GeLU epilogue in fp8, the consumer applies GeLU itself
-  CHECK_FALSE(layer->forward_gelu(c.x).out.defined());
 
   // The weights change in place (as the optimizer writes them): the old cast until the version moves.
   const auto before = layer->forward(c.x);
@@ -197,4 +195,50 @@ TEST_CASE("fp8 layers: the transformer blocks' linear layers only, and their sca
       CHECK((c->fp8 != nullptr) == (m.key().rfind("blocks.", 0) == 0));
   me::parallel::attach_fp8(*model, nullptr);
   CHECK(me::parallel::fp8_layers(*model).empty());
+}
+
+// GPT's MLP in fp8 on the GPU, GeLU in the fp8 GEMMs' epilogues (fc1 forward, fc2's input
+// gradient), against the CPU's emulation, which composes GeLU: output and every gradient.
+TEST_CASE("fp8 GPT MLP on the GPU, GeLU in the epilogues = the CPU's composition", "[fp8][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA GPU: checked on the GPU machine");
+    return;
+  }
+  struct Mlp {
+    me::parallel::ColumnParallelLinear fc1{64, 128, true, me::parallel::TensorParallel{}};
+    me::parallel::RowParallelLinear fc2{128, 64, true, me::parallel::TensorParallel{}};
+  };
+  me::kernels::Fp8Model model;
+  model.scaling = current();
+  torch::manual_seed(3);
+  Mlp cpu, gpu;
+  const torch::Device dev(torch::kCUDA, 0);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto* t : {&cpu.fc1->weight, &cpu.fc2->weight, &cpu.fc1->bias, &cpu.fc2->bias}) t->normal_(0, 0.1);
+    gpu.fc1->weight.copy_(cpu.fc1->weight), gpu.fc2->weight.copy_(cpu.fc2->weight);
+    gpu.fc1->bias.copy_(cpu.fc1->bias), gpu.fc2->bias.copy_(cpu.fc2->bias);
+  }
+  gpu.fc1->to(dev, torch::kBFloat16);
+  gpu.fc2->to(dev, torch::kBFloat16);
+  for (auto* m : {&cpu, &gpu}) {
+    const auto d = m->fc1->weight.device();
+    m->fc1->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, d);
+    m->fc2->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, d);
+  }
+  const auto x = torch::randn({2, 32, 64}), dy = torch::randn({2, 32, 64});
+  auto run_mlp = [&](Mlp& m, const torch::Tensor& x0, const torch::Tensor& dy0) {
+    auto xin = x0.clone().requires_grad_(true);
+    const auto a = m.fc1->forward_gelu(xin);
+    const auto y = m.fc2->forward_gelu(a);
+    y.backward(dy0);
+    return std::vector<torch::Tensor>{y.detach(), xin.grad(), m.fc1->weight.grad(), m.fc1->bias.grad(),
+                                      m.fc2->weight.grad(), m.fc2->bias.grad()};
+  };
+  const auto want = run_mlp(cpu, x, dy);
+  const auto got = run_mlp(gpu, x.to(dev, torch::kBFloat16), dy.to(dev, torch::kBFloat16));
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("output/gradient " << i);
+    CHECK(relative_error(got[i].cpu().to(torch::kFloat32), want[i]) < 3e-2);
+  }
 }
