@@ -6,7 +6,10 @@
 #   bash bench/fp8/speed.sh BUILD_DIR OUT_DIR        (after `source .debs/device-env.sh`)
 # ME_FP8_MODELS: "model:micro ..." (default: GPT 1.3B and LLaMA 1B at micro 4, the GPT-39B and
 # LLaMA-2-70B widths at 2 layers and micro 1, their recipes' sequence lengths);
-# ME_FP8_REFERENCE=0 skips torch.compile; ME_BENCH_STEPS / ME_BENCH_WARMUP as bench/speed/run.sh.
+# ME_FP8_GLOBAL=N: N samples per step (gradient accumulation over N / micro micro-batches, as a
+# real run's large global batch: the optimizer's step over the whole model then weighs what it
+# does in training, not once per micro-batch); ME_FP8_REFERENCE=0 skips torch.compile;
+# ME_BENCH_STEPS / ME_BENCH_WARMUP as bench/speed/run.sh.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1 out=$2
@@ -25,16 +28,17 @@ declare -A ref_args=(
 )
 for spec in ${ME_FP8_MODELS:-gpt1.3b:4 llama1b:4 gpt39b-2l:1 llama70b-2l:1}; do
   m=${spec%:*} micro=${spec#*:}
+  global=${ME_FP8_GLOBAL:-$micro}
   for precision in bf16 fp8; do
     log=$out/$m.$precision.log
-    ME_BENCH_MODEL=$m ME_BENCH_MICRO=$micro ME_BENCH_PEAK=$peak ME_BENCH_OVERRIDES="precision=$precision" \
+    ME_BENCH_MODEL=$m ME_BENCH_MICRO=$micro ME_BENCH_PEAK=$peak ME_BENCH_OVERRIDES="precision=$precision batch.global=$global" \
       ME_BENCH_LABEL=$precision ME_BENCH_JSON=$rows "$build/megaengine" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 ||
       { echo "megaengine $m $precision failed:"; tail -5 "$log"; }
     grep -a "iteration .*/" "$log" | tail -1 | cut -c1-200
   done
   if [ "${ME_FP8_REFERENCE:-1}" != 0 ]; then
     # shellcheck disable=SC2086  # the preset and its overrides are words
-    python3 "$repo/bench/reference/train_ref.py" ${ref_args[$m]} --mode compile --micro "$micro" \
+    python3 "$repo/bench/reference/train_ref.py" ${ref_args[$m]} --mode compile --micro "$micro" --accum $((global / micro)) \
       --steps "$ME_BENCH_STEPS" --warmup "$ME_BENCH_WARMUP" --peak-tflops "$peak" --json "$out/ref.jsonl" --text "$text" \
       > "$out/$m.compile.log" 2>&1 || { echo "torch.compile $m failed:"; tail -5 "$out/$m.compile.log"; }
     # its row under this table's model name (the preset it was built from says less)
