@@ -113,8 +113,6 @@ bool run(const Gemm& g, cudaStream_t stream) {
   if (g.aux) {
     set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
     set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd);
-    // fp8 GEMMs take the aux matrix's type explicitly (bf16 here, as the output)
-    if (g.a_type != CUDA_R_16BF) set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, int32_t{CUDA_R_16BF});
   }
   if (g.a_scale) set(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
   if (g.b_scale) set(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
@@ -208,19 +206,13 @@ bool gemm_fp8_supported(int64_t rows, int64_t cols, int64_t k) {
 }
 
 bool gemm_fp8(const Fp8Operand& a, const Fp8Operand& b, const void* bias, DType d_type, void* d, int64_t rows,
-              int64_t cols, int64_t k, bool accumulate, bool fast_accum, void* stream, Fp8Epilogue epilogue,
-              void* aux) {
+              int64_t cols, int64_t k, bool accumulate, bool fast_accum, void* stream) {
   if (!gemm_fp8_supported(rows, cols, k) || (a.format == Fp8::e5m2 && b.format == Fp8::e5m2)) return false;
-  if (epilogue != Fp8Epilogue::none && (!aux || accumulate || d_type != DType::bf16)) return false;
-  if (epilogue == Fp8Epilogue::dgelu && bias) return false;
-  const cublasLtEpilogue_t e = epilogue == Fp8Epilogue::gelu    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                               : epilogue == Fp8Epilogue::dgelu ? CUBLASLT_EPILOGUE_DGELU
-                               : bias                           ? CUBLASLT_EPILOGUE_BIAS
-                                                                : CUBLASLT_EPILOGUE_DEFAULT;
   // Row-major d[rows, cols] = a[rows, k] b[cols, k]^T is column-major d^T = b a^T: A = b (stored
   // [k, cols] column-major, transposed), B = a (stored [k, rows]): the "TN" layout, the only one
   // Hopper's fp8 GEMMs take.
-  Gemm g{true, cols, rows, k, b.data, k, a.data, k, d, cols, e, bias, epilogue == Fp8Epilogue::none ? nullptr : aux};
+  Gemm g{true, cols, rows, k, b.data, k, a.data, k, d, cols, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+         bias, nullptr};
   g.a_type = cuda_type(b.format);
   g.b_type = cuda_type(a.format);
   g.d_type = d_type == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;

@@ -74,26 +74,17 @@ Fp8Operand operand(const Fp8Matrix& m) {
   return {m.data.data_ptr(), m.format, m.scale_inv.data_ptr<float>()};
 }
 
-// d (+)= a b^T on the fp8 tensor cores, with an epilogue (aux: GeLU's input); false where
-// cuBLASLt has no kernel.
-bool try_gpu_gemm(const Fp8Matrix& a, const Fp8Matrix& b, const torch::Tensor& bias, torch::Tensor& d, bool accumulate,
-                  bool fast_accum, Fp8Epilogue epilogue = Fp8Epilogue::none, const torch::Tensor& aux = {}) {
-  ME_CHECK(d.is_contiguous() && (d.scalar_type() == torch::kFloat32 || d.scalar_type() == torch::kBFloat16),
-           "fp8 GEMM: the output must be contiguous float32 or bf16, got ", d.scalar_type());
-  ME_CHECK(!aux.defined() || (aux.is_contiguous() && aux.scalar_type() == torch::kBFloat16),
-           "fp8 GEMM: GeLU's input must be contiguous bf16");
-  return gemm_fp8(operand(a), operand(b), bias.defined() ? bias.data_ptr() : nullptr,
-                  d.scalar_type() == torch::kFloat32 ? DType::f32 : DType::bf16, d.data_ptr(), a.data.size(0),
-                  b.data.size(0), a.data.size(1), accumulate, fast_accum, c10::cuda::getCurrentCUDAStream().stream(),
-                  epilogue, aux.defined() ? aux.data_ptr() : nullptr);
-}
-
-// The same, or an error naming the shape.
+// d (+)= a b^T on the fp8 tensor cores; an error naming the shape where cuBLASLt has no kernel.
 void gpu_gemm(const Fp8Matrix& a, const Fp8Matrix& b, const torch::Tensor& bias, torch::Tensor& d, bool accumulate,
               bool fast_accum) {
-  ME_CHECK(try_gpu_gemm(a, b, bias, d, accumulate, fast_accum), "fp8 GEMM: cuBLASLt offers no kernel for [",
-           a.data.size(0), ", ", a.data.size(1), "] x [", b.data.size(0), ", ", b.data.size(1), "]^T into ",
-           d.scalar_type(), " (the dimensions must be multiples of 16)");
+  ME_CHECK(d.is_contiguous() && (d.scalar_type() == torch::kFloat32 || d.scalar_type() == torch::kBFloat16),
+           "fp8 GEMM: the output must be contiguous float32 or bf16, got ", d.scalar_type());
+  const int64_t m = a.data.size(0), n = b.data.size(0), k = a.data.size(1);
+  ME_CHECK(gemm_fp8(operand(a), operand(b), bias.defined() ? bias.data_ptr() : nullptr,
+                    d.scalar_type() == torch::kFloat32 ? DType::f32 : DType::bf16, d.data_ptr(), m, n, k, accumulate,
+                    fast_accum, c10::cuda::getCurrentCUDAStream().stream()),
+           "fp8 GEMM: cuBLASLt offers no kernel for [", m, ", ", k, "] x [", n, ", ", k, "]^T into ", d.scalar_type(),
+           " (the dimensions must be multiples of 16)");
 }
 #endif
 
@@ -127,32 +118,6 @@ void fp8_gemm_nt_into(torch::Tensor& out, const Fp8Matrix& a, const Fp8Matrix& b
 #endif
   const auto d = torch::mm(a.data, b.data.t()) * (a.scale_inv * b.scale_inv);
   accumulate ? out.add_(d) : out.copy_(d);
-}
-
-std::pair<torch::Tensor, torch::Tensor> fp8_gemm_nt_gelu(const Fp8Matrix& a, const Fp8Matrix& b,
-                                                         const torch::Tensor& bias, torch::ScalarType out) {
-#if ME_FP8_GEMMS
-  if (a.data.is_cuda() && out == torch::kBFloat16 && (!bias.defined() || bias.scalar_type() == out)) {
-    check_operands(a, b);
-    const auto opts = a.data.options().dtype(out);
-    auto pre = torch::empty({a.data.size(0), b.data.size(0)}, opts), act = torch::empty_like(pre);
-    const auto b16 = bias.defined() ? bias.contiguous() : torch::Tensor();
-    if (try_gpu_gemm(a, b, b16, act, false, /*fast_accum=*/true, Fp8Epilogue::gelu, pre)) return {pre, act};
-  }
-#endif
-  auto pre = fp8_gemm_nt(a, b, out, bias, /*fast_accum=*/true);
-  return {pre, torch::gelu(pre, "tanh")};
-}
-
-torch::Tensor fp8_gemm_nt_dgelu(const Fp8Matrix& a, const Fp8Matrix& b, const torch::Tensor& pre) {
-#if ME_FP8_GEMMS
-  if (a.data.is_cuda() && pre.scalar_type() == torch::kBFloat16 && pre.is_contiguous()) {
-    check_operands(a, b);
-    auto d = torch::empty({a.data.size(0), b.data.size(0)}, pre.options());
-    if (try_gpu_gemm(a, b, {}, d, false, false, Fp8Epilogue::dgelu, pre)) return d;
-  }
-#endif
-  return at::gelu_backward(fp8_gemm_nt(a, b, pre.scalar_type()), pre, "tanh");
 }
 
 void check_fp8_aligned(int64_t n, const char* what) {

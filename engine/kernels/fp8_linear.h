@@ -55,13 +55,6 @@ torch::Tensor fp8_gemm_nt(const Fp8Matrix& a, const Fp8Matrix& b, torch::ScalarT
 // The same written into (or, with accumulate, added to) `out` [m, n], float32 or bf16: a weight
 // gradient into its main grad.
 void fp8_gemm_nt_into(torch::Tensor& out, const Fp8Matrix& a, const Fp8Matrix& b, bool accumulate);
-// GPT's GeLU around fp8 GEMMs, in cuBLASLt's epilogues on the GPU where it has a kernel (else
-// composed, as on the CPU), tanh GeLU as parallel::linear_gelu's:
-// {pre, gelu(pre)} with pre = a b^T + bias, both bf16 (a forward of fc1) ...
-std::pair<torch::Tensor, torch::Tensor> fp8_gemm_nt_gelu(const Fp8Matrix& a, const Fp8Matrix& b,
-                                                         const torch::Tensor& bias, torch::ScalarType out);
-// ... and (a b^T) * gelu'(pre) in pre's dtype, pre [m, n] (fc2's input gradient, through GeLU).
-torch::Tensor fp8_gemm_nt_dgelu(const Fp8Matrix& a, const Fp8Matrix& b, const torch::Tensor& pre);
 
 // y = x W^T + b (x [..., in], w [out, in], b [out] or undefined) in fp8, differentiable in x, w
 // and b (gradients in their dtypes). `scales` must outlive the backward. in, out and the number

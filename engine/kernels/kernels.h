@@ -128,14 +128,9 @@ struct Fp8Operand {
 // accumulation, d bf16 or f32; accumulate: d += the product (then no bias). Not both E5M2.
 // fast_accum: Hopper's faster accumulation (Transformer Engine's choice for the forward).
 // Returns false where cuBLASLt offers no kernel (the caller composes another way).
-// epilogue gelu: d = gelu(product + bias) and aux = product + bias (bf16 [rows, cols], GeLU's
-// input for its backward); dgelu: d = product * gelu'(aux) (no bias), the input gradient of a
-// layer applied to gelu(aux). As gemm_bias_gelu and gemm_dgelu, in fp8.
-enum class Fp8Epilogue { none, gelu, dgelu };
 bool gemm_fp8_supported(int64_t rows, int64_t cols, int64_t k);  // all three multiples of 16
 bool gemm_fp8(const Fp8Operand& a, const Fp8Operand& b, const void* bias, DType d_type, void* d, int64_t rows,
-              int64_t cols, int64_t k, bool accumulate, bool fast_accum, void* stream,
-              Fp8Epilogue epilogue = Fp8Epilogue::none, void* aux = nullptr);
+              int64_t cols, int64_t k, bool accumulate, bool fast_accum, void* stream);
 
 // --- Multi-tensor optimizer kernels ----------------------------------------------------------
 // One launch over every parameter: a table of tensors (device memory, built once: the

@@ -211,10 +211,9 @@ struct LinearForward {
 };
 
 // linear_forward in fp8: the input gathered whole (under sequence parallelism) and cast once,
-// the rows' products in fp8 (a row layer's still reduce-scattered as they are computed; a column
-// or local layer's with GeLU in the epilogue when asked).
+// the rows' products in fp8 (a row layer's still reduce-scattered as they are computed).
 LinearForward linear_forward_fp8(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
-                                 const LinearComm& comm, bool gelu, bool for_backward) {
+                                 const LinearComm& comm, bool for_backward) {
   LinearForward f;
   const auto* tp = comm.column_tp();
   f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
@@ -228,14 +227,9 @@ LinearForward linear_forward_fp8(const torch::Tensor& in, const torch::Tensor& w
   };
   if (const auto* out_tp = comm.row_tp()) {
     f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, product);
-    return f;
-  }
-  auto sizes = f.x.sizes().vec();
-  sizes.back() = w.size(0);
-  if (gelu) {
-    auto [pre, act] = kernels::fp8_gemm_nt_gelu(qx, qw, b, dtype);
-    f.y = {pre.view(sizes), act.view(sizes)};
   } else {
+    auto sizes = f.x.sizes().vec();
+    sizes.back() = w.size(0);
     f.y.pre = product(0, x2.size(0)).view(sizes);
   }
   return f;
@@ -244,7 +238,7 @@ LinearForward linear_forward_fp8(const torch::Tensor& in, const torch::Tensor& w
 // for_backward: the forward of an autograd function, which keeps what its backward needs.
 LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
                              const LinearComm& comm, bool gelu, bool for_backward) {
-  if (comm.fp8) return linear_forward_fp8(in, w, b, comm, gelu, for_backward);
+  if (comm.fp8) return linear_forward_fp8(in, w, b, comm, for_backward);
   LinearForward f;
   const auto* tp = comm.column_tp();
   if (tp && tp->sequence_parallel && tp->overlap_comm) {
@@ -284,23 +278,19 @@ void reduce_input_grad(torch::Tensor& dx, const TensorParallel& tp, std::functio
   else reduce();
 }
 
-// The input gradient in fp8 (LinearMainGrad's, GeluLinearMainGrad's): the output gradient
-// (gathered whole over the tokens for a row layer: its cast needs all of it) cast to E5M2,
-// dx = dy W from the weight's cached transposed cast, times gelu'(pre) in the epilogue where the
-// layer's input was gelu(pre). Returns dy's rows, dx (the input's shape) and the weight
-// gradient's operands.
+// LinearMainGrad's input gradient in fp8: the output gradient (gathered whole over the tokens for
+// a row layer: its cast needs all of it) cast to E5M2, dx = dy W from the weight's cached
+// transposed cast. Returns dy's rows, dx (the input's shape) and the weight gradient's operands.
 struct Fp8InputGrad {
   torch::Tensor dy, dx;
   Fp8WeightGrad wgrad;
 };
 Fp8InputGrad fp8_input_grad(AutogradContext* ctx, const torch::Tensor& grad, const torch::Tensor& x_t,
-                            const torch::Tensor& w, const LinearComm& comm, const torch::Tensor& pre = {}) {
+                            const torch::Tensor& w, const LinearComm& comm) {
   const auto* out_tp = comm.row_tp();
   const auto dy = rows_of(out_tp ? all_gather_tokens(grad.contiguous(), *out_tp->group) : grad);
   const auto qdy = kernels::fp8_cast(dy, comm.fp8->scales.grad_output, /*transposed=*/true);
-  const auto qw_t = comm.fp8->weight(w).transposed();
-  auto dx = pre.defined() ? kernels::fp8_gemm_nt_dgelu(qdy.matrix(), qw_t, rows_of(pre).contiguous())
-                          : kernels::fp8_gemm_nt(qdy.matrix(), qw_t, grad.scalar_type());
+  auto dx = kernels::fp8_gemm_nt(qdy.matrix(), comm.fp8->weight(w).transposed(), grad.scalar_type());
   const kernels::Fp8Matrix x_t_matrix{x_t, ctx->saved_data["x_scale_inv"].toTensor(), kernels::Fp8::e4m3};
   return {dy, dx.view(ctx->saved_data["x_sizes"].toIntVector()), {qdy.transposed(), x_t_matrix}};
 }
@@ -371,7 +361,6 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
 // GeluLinearMainGrad's forward, with autograd or without.
 torch::Tensor gelu_linear_forward(const torch::Tensor& act, const torch::Tensor& w, const torch::Tensor& b,
                                   const LinearComm& comm) {
-  if (comm.fp8) return linear_forward_fp8(act, w, b, comm, false, /*for_backward=*/false).y.pre;
   if (const auto* out_tp = comm.row_tp()) return reduce_scattered(act, w.size(0), *out_tp, rows_times(rows_of(act), w, b));
   return linear_bias(act, w, b);
 }
@@ -380,35 +369,17 @@ torch::Tensor gelu_linear_forward(const torch::Tensor& act, const torch::Tensor&
 // pre's gradient (dy w) * gelu'(pre) in the input-gradient GEMM's epilogue. As a row layer,
 // as LinearMainGrad's: the output reduce-scattered over the tokens, overlapped both ways.
 // Inputs {pre, act, w} or {pre, act, w, b}.
-// In fp8 act's E4M3 transposed copy is kept instead of act, as LinearMainGrad's input.
 struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad> {
   static torch::Tensor forward(AutogradContext* ctx, at::TensorList in, const LinearComm& comm) {
     save_state(ctx, "comm", comm);
-    const auto b = in.size() > 3 ? in[3] : torch::Tensor();
-    if (comm.fp8) {
-      auto f = linear_forward_fp8(in[1], in[2], b, comm, false, /*for_backward=*/true);
-      auto saved = in.vec();
-      saved[1] = f.qx.data_t;
-      ctx->saved_data["x_scale_inv"] = f.qx.scale_inv;
-      ctx->saved_data["x_sizes"] = f.x.sizes().vec();
-      ctx->save_for_backward(saved);
-      return f.y.pre;
-    }
     ctx->save_for_backward(in.vec());
-    return gelu_linear_forward(in[1], in[2], b, comm);
+    return gelu_linear_forward(in[1], in[2], in.size() > 3 ? in[3] : torch::Tensor(), comm);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto &pre = saved[0], &act = saved[1], &w = saved[2];
     const auto b = saved.size() > 3 ? saved[3] : torch::Tensor();
     const auto& comm = saved_state<LinearComm>(ctx, "comm");
-    if (comm.fp8) {
-      auto g = fp8_input_grad(ctx, grads[0], act, w, comm, pre);
-      torch::Tensor dw, db;
-      if (ctx->needs_input_grad(2) || (b.defined() && ctx->needs_input_grad(3)))  // not for a frozen layer
-        std::tie(dw, db) = weight_grads(g.dy, torch::Tensor(), w, b, comm.sink, g.wgrad);
-      return input_grads({g.dx, torch::Tensor(), dw, db});
-    }
     auto dpre = torch::empty(pre.sizes(), pre.options());
     const auto dpre2 = rows_in(dpre), pre2 = rows_of(pre);
     auto rows_into = [&](const torch::Tensor& rows, int64_t first) {
@@ -453,6 +424,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                                const LinearComm& comm) {
   ME_CHECK(comm.role != LinearComm::Role::row, "linear_gelu: the GeLU epilogue is a column (or local) layer's");
+  ME_CHECK(!comm.fp8, "linear_gelu: no GeLU epilogue in fp8 (forward_gelu composes instead)");
   if (!torch::GradMode::is_enabled()) return linear_forward(x, w, b, comm, true, /*for_backward=*/false).y;
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   auto out = LinearMainGrad::apply(at::TensorList(in), LinearCall{comm, true});
@@ -462,6 +434,7 @@ kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, c
 torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, const torch::Tensor& b,
                           const LinearComm& comm) {
   ME_CHECK(comm.role != LinearComm::Role::column, "gelu_linear: the dGeLU epilogue is a row (or local) layer's");
+  ME_CHECK(!comm.fp8, "gelu_linear: no dGeLU epilogue in fp8 (forward_gelu composes instead)");
   check_row(comm, b);
   if (!torch::GradMode::is_enabled() || (!w.requires_grad() && !a.pre.requires_grad()))
     return gelu_linear_forward(a.out, w, b, comm);

@@ -4,7 +4,6 @@
 // GPU ([gpu]): the fused cast + cuBLASLt's fp8 GEMMs equal the CPU emulation of the same tensors.
 #include <catch2/catch.hpp>
 
-#include "engine/core/build_config.h"  // ME_HAVE_CUDA_KERNELS
 #include "engine/kernels/fp8_linear.h"
 #include "engine/model/transformer.h"
 #include "engine/parallel/layers.h"
@@ -169,6 +168,8 @@ TEST_CASE("fp8 in the model's linear layers = fp8_linear; the weight cast follow
   CHECK(torch::equal(dx, want.dx));
   CHECK(torch::equal(layer->weight.grad(), want.dw));
   CHECK(torch::equal(layer->bias.grad(), want.db));
+  // GPT's fc1: no GeLU epilogue in fp8 (see the MLP's case below), the consumer applies GeLU
+  CHECK_FALSE(layer->forward_gelu(c.x).out.defined());
 
   // The weights change in place (as the optimizer writes them): the old cast until the version moves.
   const auto before = layer->forward(c.x);
@@ -198,46 +199,12 @@ TEST_CASE("fp8 layers: the transformer blocks' linear layers only, and their sca
   CHECK(me::parallel::fp8_layers(*model).empty());
 }
 
-// cuBLASLt's fp8 GeLU epilogues against the composition on the same fp8 operands: the epilogue
-// kernels exist for the model's shapes (the GEMMs return true) and give the same numbers up to
-// bf16's rounding.
-TEST_CASE("fp8 GeLU and dGeLU epilogues = fp8 GEMM then GeLU", "[fp8][gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("no CUDA GPU: checked on the GPU machine");
-    return;
-  }
-  using me::kernels::Fp8Matrix;
-  const auto o = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
-  Fp8LinearScales scales(current(), torch::Device(torch::kCUDA, 0));
-  const auto qx = me::kernels::fp8_cast(torch::randn({256, 128}, o), scales.input, false);
-  const auto qw = me::kernels::fp8_cast(torch::randn({192, 128}, o) * 0.1, scales.weight, false);
-  const auto bias = torch::randn({192}, o);
-  auto pre = torch::empty({256, 192}, o), act = torch::empty_like(pre);
-#if ME_HAVE_CUDA_KERNELS
-  auto op = [](const Fp8Matrix& m) { return me::kernels::Fp8Operand{m.data.data_ptr(), m.format, m.scale_inv.data_ptr<float>()}; };
-  REQUIRE(me::kernels::gemm_fp8(op(qx.matrix()), op(qw.matrix()), bias.data_ptr(), me::kernels::DType::bf16,
-                                act.data_ptr(), 256, 192, 128, false, true, nullptr, me::kernels::Fp8Epilogue::gelu,
-                                pre.data_ptr()));
-#endif
-  const auto want_pre = me::kernels::fp8_gemm_nt(qx.matrix(), qw.matrix(), torch::kBFloat16, bias, true);
-  CHECK(relative_error(pre, want_pre) < 1e-2);
-  CHECK(relative_error(act, torch::gelu(want_pre, "tanh")) < 1e-2);
-  const auto [pre2, act2] = me::kernels::fp8_gemm_nt_gelu(qx.matrix(), qw.matrix(), bias, torch::kBFloat16);
-  CHECK(relative_error(act2, act) < 1e-2);
-  // dgelu: dy [256, 192] times w^T [128, 192]^T, through gelu'(pre) [256, 128]
-  const auto qdy = me::kernels::fp8_cast(torch::randn({256, 192}, o), scales.grad_output, false);
-  const auto qw_t = me::kernels::fp8_cast(torch::randn({128, 192}, o) * 0.1, scales.weight, false);
-  const auto pre_in = torch::randn({256, 128}, o);
-  const auto got = me::kernels::fp8_gemm_nt_dgelu(qdy.matrix(), qw_t.matrix(), pre_in);
-  const auto want = at::gelu_backward(me::kernels::fp8_gemm_nt(qdy.matrix(), qw_t.matrix(), torch::kBFloat16), pre_in, "tanh");
-  CHECK(relative_error(got, want) < 1e-2);
-}
-
-// GPT's MLP in fp8 on the GPU, GeLU in the fp8 GEMMs' epilogues (fc1 forward, fc2's input
-// gradient), against the CPU's emulation, which composes GeLU: output and every gradient. A
-// check of the wiring: bf16 activations against float32 ones round to other fp8 values here and
-// there, so the two differ by a few percent (4-6% seen); a wrong scale or operand is off by 100%.
-TEST_CASE("fp8 GPT MLP on the GPU, GeLU in the epilogues = the CPU's composition", "[fp8][gpu]") {
+// GPT's MLP in fp8 on the GPU against the CPU's emulation: output and every gradient. A check of
+// the wiring: bf16 activations against float32 ones round to other fp8 values here and there,
+// so the two differ by a few percent (4-6% seen); a wrong scale or operand is off by 100%.
+// (GeLU is composed in fp8, not in cuBLASLt's fp8 GELU_AUX / DGELU epilogues: those measured
+// slower on the H100, GPT 1.3B 71.1k tokens/s against 77.6k composed: bench/RESULTS.md.)
+TEST_CASE("fp8 GPT MLP on the GPU = the CPU's emulation", "[fp8][gpu]") {
   if (!torch::cuda::is_available()) {
     WARN("no CUDA GPU: checked on the GPU machine");
     return;
