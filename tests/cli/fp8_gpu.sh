@@ -13,7 +13,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 script=$here/lua/train_parallel.lua
 export NCCL_NVLS_ENABLE=0
-common="device=cuda precision=fp8 model.hidden=256 model.seq=128"
+# lr 5e-4: at the recipe's 2e-3 this small model's loss spiked at step 7 in every layout (grad
+# norm 80-125), after which the layouts' curves are too chaotic to compare
+common="device=cuda precision=fp8 model.hidden=256 model.seq=128 optimizer.lr=5e-4"
 
 run() {  # name nproc overrides...
   local name=$1 nproc=$2
@@ -22,14 +24,16 @@ run() {  # name nproc overrides...
   ME_LOSS_FILE=$tmp/$name timeout 300 "$bin" --nproc "$nproc" "$script" $common "$@" > "$tmp/$name.log" 2>&1 ||
     { echo "FAILED: $name did not run:"; tail -20 "$tmp/$name.log"; exit 1; }
 }
-compare() {  # name reference tolerance [first step]
+compare() {  # name reference loss-tolerance grad-norm-tolerance [first step]
   local worst
-  worst=$(paste <(tail -n +"${4:-1}" "$tmp/$2") "$tmp/$1" | awk '
+  worst=$(paste <(tail -n +"${5:-1}" "$tmp/$2") "$tmp/$1" | awk '
     function rel(a, b) { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; return d / (m > 1e-12 ? m : 1e-12) }
-    { n++; x = rel($3, $1); if (x > w) w = x; y = rel($4, $2); if (y > w) w = y }
-    END { printf "%d %.2e", n, w }')
-  echo "$1 against $2: steps and worst relative difference (loss, grad norm): $worst (tolerance $3)"
-  awk -v w="${worst#* }" -v t="$3" 'BEGIN { exit !(w < t) }' || { echo "FAILED: $1"; status=1; }
+    { n++; x = rel($3, $1); if (x > wl) wl = x; y = rel($4, $2); if (y > wg) wg = y }
+    END { printf "%d %.2e %.2e", n, wl, wg }')
+  read -r n wl wg <<< "$worst"
+  echo "$1 against $2: $n steps, worst relative difference: loss $wl (tolerance $3), grad norm $wg (tolerance $4)"
+  [ "$n" -ge 10 ] && awk -v l="$wl" -v g="$wg" -v tl="$3" -v tg="$4" 'BEGIN { exit !(l < tl && g < tg) }' ||
+    { echo "FAILED: $1"; status=1; }
 }
 status=0
 run one 1
@@ -39,10 +43,14 @@ run pp2 2 parallel.pp=2
 run first 1 checkpoint.dir="$tmp/ckpt" train.exit_interval=10
 run resumed 1 checkpoint.dir="$tmp/ckpt"
 grep -q "resumed from" "$tmp/resumed.log" || { echo "FAILED: no resume"; exit 1; }
-compare tp2_sp one 5e-2
-compare pp2 one 1e-2
-compare resumed one 1e-2 11
-paste "$tmp/one" "$tmp/tp2_sp" "$tmp/pp2" | head -20 > "$tmp/table"
-cat "$tmp/table"
+# Loss within 1%: tp shards cast with their own scales, and every layout's bf16 sums differ in
+# order; the grad norm, a sum of squares over fewer, larger terms, within 5%. (On the CPU, with
+# the GEMMs emulated, tests/cli/dp_equivalence.sh holds these layouts to 1e-2 on both.)
+compare tp2_sp one 1e-2 5e-2
+compare pp2 one 1e-2 5e-2
+compare resumed one 1e-2 5e-2 11
+run bf16 1 precision=bf16  # for the record: fp8 beside bf16
+echo "loss and grad norm per step: one GPU fp8 | tp 2 + SP fp8 | pp 2 fp8 | one GPU bf16"
+paste "$tmp/one" "$tmp/tp2_sp" "$tmp/pp2" "$tmp/bf16"
 [ "$status" = 0 ] && echo "fp8_gpu: passed"
 exit "$status"
