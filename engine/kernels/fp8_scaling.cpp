@@ -48,11 +48,12 @@ Fp8Scale::Fp8Scale(Fp8 format, Fp8ScalingOptions options, const torch::Device& d
   scale_ = torch::ones({1}, opts);
 }
 
+double Fp8Scale::target() const { return fp8_max(format_) * std::pow(2.0, -options_.margin); }
+
 void Fp8Scale::update_from(const torch::Tensor& amax) {
   const auto a = amax.to(scale_.device(), torch::kFloat32).reshape({1});
-  const double top = fp8_max(format_) * std::pow(2.0, -options_.margin);
   const auto usable = torch::logical_and(a > 0, torch::isfinite(a));
-  scale_.copy_(torch::where(usable, top / a.clamp_min(1e-30), scale_));
+  scale_.copy_(torch::where(usable, target() / a.clamp_min(1e-30), scale_));
 }
 
 torch::Tensor Fp8Scale::scale_for(const torch::Tensor& x) {
@@ -82,7 +83,7 @@ void Fp8Scale::record_cast_amax() {
 #if ME_HAVE_CUDA_KERNELS && ME_TORCH_HAS_CUDA
   if (options_.mode == "delayed" && scale_.is_cuda()) {
     fp8_delayed_scale_update(history_.data_ptr<float>(), options_.history, next_, cast_amax().data_ptr<float>(),
-                             scale_.data_ptr<float>(), static_cast<float>(fp8_max(format_) * std::pow(2.0, -options_.margin)),
+                             scale_.data_ptr<float>(), static_cast<float>(target()),
                              c10::cuda::getCurrentCUDAStream().stream());
     next_ = (next_ + 1) % options_.history;
     seeded_ = true;

@@ -58,6 +58,8 @@ class Fp8Scale {
 
  private:
   void update_from(const torch::Tensor& amax);
+  // Where a scale puts the tensor's amax: the format's largest value, less the margin's headroom.
+  double target() const;
   Fp8 format_;
   Fp8ScalingOptions options_;
   torch::Tensor history_, scale_, cast_amax_;
