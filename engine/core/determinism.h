@@ -3,7 +3,8 @@
 // first GPU work:
 // - LibTorch's deterministic algorithms, as a tripwire: an op without a deterministic
 //   implementation (index_add_ and scatter_add_ on CUDA, ...) throws instead of running, so a
-//   new op on the training path fails a test rather than a reproduction;
+//   new op on the training path fails a test rather than a reproduction; without its NaN fill
+//   of every new tensor (LibTorch >= 2.1), a kernel per allocation;
 // - cuBLAS with a fixed workspace per stream (CUBLAS_WORKSPACE_CONFIG=:4096:8), so the GEMMs on
 //   the side streams of the overlapped collectives pick the same algorithms every run;
 //   cuDNN's deterministic algorithms and no benchmarking;

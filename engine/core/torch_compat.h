@@ -66,8 +66,9 @@ inline bool set_matmul_sm_carveout(std::optional<int32_t> sms, C& context = at::
 }
 
 // Which fused attention kernel SDPA prefers on the GPU, from ME_ATTENTION: "auto" (LibTorch's own
-// order), "flash" (FlashAttention-2) or "cudnn" (cuDNN's fused attention, Hopper-tuned). Read once.
-enum class AttentionBackend { automatic, flash, cudnn };
+// order), "flash" (FlashAttention-2), "cudnn" (cuDNN's fused attention, Hopper-tuned) or
+// "efficient" (the memory-efficient kernels). Read once.
+enum class AttentionBackend { automatic, flash, cudnn, efficient };
 inline AttentionBackend attention_backend() {
   static const AttentionBackend backend = [] {
     const char* env = std::getenv("ME_ATTENTION");
@@ -75,7 +76,8 @@ inline AttentionBackend attention_backend() {
     if (v.empty() || v == "auto") return AttentionBackend::automatic;
     if (v == "flash") return AttentionBackend::flash;
     if (v == "cudnn") return AttentionBackend::cudnn;
-    throw std::runtime_error("ME_ATTENTION='" + v + "': expected auto, flash or cudnn");
+    if (v == "efficient") return AttentionBackend::efficient;
+    throw std::runtime_error("ME_ATTENTION='" + v + "': expected auto, flash, cudnn or efficient");
   }();
   return backend;
 }
@@ -83,6 +85,7 @@ inline const char* attention_backend_name() {
   switch (attention_backend()) {
     case AttentionBackend::flash: return "flash";
     case AttentionBackend::cudnn: return "cudnn";
+    case AttentionBackend::efficient: return "efficient";
     default: return "auto";
   }
 }
@@ -96,6 +99,7 @@ inline void apply_attention_backend() {
     switch (attention_backend()) {
       case AttentionBackend::flash: order = {B::flash_attention, B::efficient_attention, B::cudnn_attention, B::math, B::overrideable}; break;
       case AttentionBackend::cudnn: order = {B::cudnn_attention, B::flash_attention, B::efficient_attention, B::math, B::overrideable}; break;
+      case AttentionBackend::efficient: order = {B::efficient_attention, B::flash_attention, B::cudnn_attention, B::math, B::overrideable}; break;
       default: return true;
     }
     std::vector<int64_t> ids;
@@ -279,6 +283,16 @@ EventSpanNs event_span_ns(const KinetoEvent& e) {
   return {static_cast<int64_t>(e.startNs()), static_cast<int64_t>(e.durationNs())};
 #else
   return {static_cast<int64_t>(e.startUs()) * 1000, static_cast<int64_t>(e.durationUs()) * 1000};
+#endif
+}
+
+// LibTorch >= 2.1 with deterministic algorithms on fills every new uninitialized tensor
+// (torch::empty) with NaN, one more kernel per allocation; 1.13 has no such fill.
+inline void set_deterministic_fill(bool on) {
+#if ME_TORCH_AT_LEAST(2, 1)
+  at::globalContext().setDeterministicFillUninitializedMemory(on);
+#else
+  (void)on;
 #endif
 }
 

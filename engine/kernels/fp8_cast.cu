@@ -6,6 +6,7 @@
 //   per block on the amax. (A thread per element and an atomic per warp ran at 515 GB/s on the
 //   H100, the atomics on the one amax address the bottleneck.)
 // - Any other shape: a 32 x 32 tile per block of 32 x 8 threads, an element per thread.
+// Either may apply GeLU to each value first (template G), the amax then being gelu(x)'s.
 #include <cuda_fp8.h>
 
 #include "engine/kernels/common.cuh"
@@ -21,12 +22,23 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, F == Fp8::e4m3 ? __NV_E4M3 : __NV_E5M2));
 }
 
+// GeLU, tanh approximation, as LibTorch's CUDA kernel computes it (float32 opmath).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.f + tanhf(kBeta * (x + kKappa * x * x * x)));
+}
+template <bool G>
+__device__ __forceinline__ float prologue(float x) {
+  if constexpr (G) return gelu_tanh(x);
+  return x;
+}
+
 // max of non-negative floats through their bit patterns (which order like the values).
 __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
   atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
 }
 
-template <typename T, Fp8 F>
+template <typename T, Fp8 F, bool G>
 __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, const float* __restrict__ scale,
                                       uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, float* __restrict__ amax,
                                       float* __restrict__ scale_inv) {
@@ -40,7 +52,7 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int
     const int64_t r = r0 + i, c = c0 + tx;
     uint8_t q = 0;
     if (r < rows && c < cols) {
-      const float v = detail::to_float(x[r * cols + c]);
+      const float v = prologue<G>(detail::to_float(x[r * cols + c]));
       local_max = fmaxf(local_max, fabsf(v));
       q = to_fp8<F>(v * s);
       out[r * cols + c] = q;
@@ -77,7 +89,7 @@ __device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-template <typename T, Fp8 F>
+template <typename T, Fp8 F, bool G>
 __global__ void __launch_bounds__(kBigThreads)
     cast_transpose_aligned_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, const float* __restrict__ scale,
                                   uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, float* __restrict__ amax,
@@ -95,6 +107,12 @@ __global__ void __launch_bounds__(kBigThreads)
   for (int k = 0; k < 2; ++k) {
     const int e = tid + k * kBigThreads, i = e / 8, seg = e % 8;
     load8(x + (r0 + i) * cols + c0 + seg * 8, v[k]);
+  }
+  if constexpr (G) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[k][j] = gelu_tanh(v[k][j]);
   }
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -149,32 +167,47 @@ __global__ void delayed_scale_update_kernel(float* history, int64_t length, int6
 
 }  // namespace
 
+namespace {
+// One launch of kernel K<scalar_t, F, G> for the runtime format and GeLU switch.
+template <template <typename, Fp8, bool> class Launch, typename T, typename... Args>
+void dispatch_fp8(Fp8 f, bool gelu, Args... args) {
+  if (f == Fp8::e4m3) gelu ? Launch<T, Fp8::e4m3, true>::run(args...) : Launch<T, Fp8::e4m3, false>::run(args...);
+  else gelu ? Launch<T, Fp8::e5m2, true>::run(args...) : Launch<T, Fp8::e5m2, false>::run(args...);
+}
+template <typename T, Fp8 F, bool G>
+struct LaunchAligned {
+  static void run(dim3 grid, cudaStream_t st, const T* in, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
+                  uint8_t* out_t, float* amax, float* scale_inv) {
+    cast_transpose_aligned_kernel<T, F, G><<<grid, kBigThreads, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
+  }
+};
+template <typename T, Fp8 F, bool G>
+struct LaunchGeneral {
+  static void run(dim3 grid, cudaStream_t st, const T* in, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
+                  uint8_t* out_t, float* amax, float* scale_inv) {
+    cast_transpose_kernel<T, F, G><<<grid, dim3(kTile, kRowsPerPass), 0, st>>>(in, rows, cols, scale, out, out_t, amax,
+                                                                               scale_inv);
+  }
+};
+}  // namespace
+
 void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
-                        uint8_t* out_t, float* amax, float* scale_inv, void* stream) {
+                        uint8_t* out_t, float* amax, float* scale_inv, void* stream, bool gelu) {
   if (rows <= 0 || cols <= 0) return;
   const auto st = detail::as_stream(stream);
   if (rows % kBig == 0 && cols % kBig == 0 && aligned16(x) && aligned16(out) && (!out_t || aligned16(out_t))) {
     const dim3 grid(static_cast<unsigned>(cols / kBig), static_cast<unsigned>(rows / kBig));
     ME_DISPATCH_FLOAT(t, "fp8_cast_transpose", {
-      const auto* in = static_cast<const scalar_t*>(x);
-      if (f == Fp8::e4m3)
-        cast_transpose_aligned_kernel<scalar_t, Fp8::e4m3>
-            <<<grid, kBigThreads, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
-      else
-        cast_transpose_aligned_kernel<scalar_t, Fp8::e5m2>
-            <<<grid, kBigThreads, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
+      dispatch_fp8<LaunchAligned, scalar_t>(f, gelu, grid, st, static_cast<const scalar_t*>(x), rows, cols, scale, out,
+                                            out_t, amax, scale_inv);
     });
     detail::check_launch("fp8_cast_transpose");
     return;
   }
-  const dim3 block(kTile, kRowsPerPass);
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>((rows + kTile - 1) / kTile));
   ME_DISPATCH_FLOAT(t, "fp8_cast_transpose", {
-    const auto* in = static_cast<const scalar_t*>(x);
-    if (f == Fp8::e4m3)
-      cast_transpose_kernel<scalar_t, Fp8::e4m3><<<grid, block, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
-    else
-      cast_transpose_kernel<scalar_t, Fp8::e5m2><<<grid, block, 0, st>>>(in, rows, cols, scale, out, out_t, amax, scale_inv);
+    dispatch_fp8<LaunchGeneral, scalar_t>(f, gelu, grid, st, static_cast<const scalar_t*>(x), rows, cols, scale, out,
+                                          out_t, amax, scale_inv);
   });
   detail::check_launch("fp8_cast_transpose");
 }

@@ -34,9 +34,51 @@ void Fp8LinearScales::load_state(const torch::Tensor& state) {
 
 bool fp8_gemm_compiled() { return ME_FP8_GEMMS != 0; }
 
-Fp8Tensor fp8_cast(const torch::Tensor& x, Fp8Scale& s, bool transposed) {
+namespace {
+thread_local Fp8RecomputeTape* tape_now = nullptr;
+thread_local Fp8RecomputeTape::Mode tape_mode = Fp8RecomputeTape::Mode::record;
+}  // namespace
+
+Fp8RecomputeTape::Scope::Scope(Fp8RecomputeTape& tape, Mode mode) : previous_(tape_now), previous_mode_(tape_mode) {
+  tape_now = &tape;
+  tape_mode = mode;
+}
+
+Fp8RecomputeTape::Scope::~Scope() {
+  tape_now = previous_;
+  tape_mode = previous_mode_;
+}
+
+Fp8RecomputeTape* Fp8RecomputeTape::current(Mode* mode) {
+  *mode = tape_mode;
+  return tape_now;
+}
+
+torch::Tensor Fp8RecomputeTape::record(Fp8Scale& s, const torch::Tensor& scale) {
+  // a copy: a delayed scale is updated in place right after the cast
+  return scales_[&s].emplace_back(scale.clone());
+}
+
+torch::Tensor Fp8RecomputeTape::replay(const Fp8Scale& s) {
+  const auto it = scales_.find(&s);
+  if (it == scales_.end() || it->second.empty()) return {};
+  auto scale = std::move(it->second.front());
+  it->second.pop_front();
+  return scale;
+}
+
+Fp8Tensor fp8_cast(const torch::Tensor& x, Fp8Scale& s, bool transposed, bool gelu) {
   ME_CHECK(x.dim() == 2, "fp8_cast: expected a 2-D tensor, got shape ", x.sizes());
-  const auto scale = s.scale_for(x);  // current scaling: from x's amax, now
+  if (gelu && !(ME_FP8_GEMMS && x.is_cuda() && s.delayed() && s.seeded()))
+    return fp8_cast(torch::gelu(x, "tanh"), s, transposed);  // the scale reads gelu(x), or no fused kernel
+  // Only delayed scales move between a forward and its recomputation: a current one is x's own.
+  auto mode = Fp8RecomputeTape::Mode::record;
+  auto* tape = s.delayed() ? Fp8RecomputeTape::current(&mode) : nullptr;
+  const bool replayed = tape && mode == Fp8RecomputeTape::Mode::replay;
+  torch::Tensor scale = replayed ? tape->replay(s) : torch::Tensor();
+  const bool record_amax = !scale.defined();
+  if (!scale.defined()) scale = s.scale_for(x);  // current scaling: from x's amax, now
+  if (tape && !replayed) tape->record(s, scale);
 #if ME_FP8_GEMMS
   if (x.is_cuda()) {
     const auto in = x.contiguous();
@@ -49,15 +91,17 @@ Fp8Tensor fp8_cast(const torch::Tensor& x, Fp8Scale& s, bool transposed) {
                 torch::empty({1}, scale.options()), s.format()};
     fp8_cast_transpose(in.scalar_type() == torch::kBFloat16 ? DType::bf16 : DType::f32, s.format(), in.data_ptr(), rows,
                        cols, scale.data_ptr<float>(), r.data.data_ptr<uint8_t>(),
-                       transposed ? r.data_t.data_ptr<uint8_t>() : nullptr, s.cast_amax().data_ptr<float>(),
-                       r.scale_inv.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
-    if (s.delayed()) s.record_cast_amax();
+                       transposed ? r.data_t.data_ptr<uint8_t>() : nullptr,
+                       (record_amax ? s.cast_amax() : torch::zeros({1}, scale.options())).data_ptr<float>(),
+                       r.scale_inv.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream(), gelu);
+    if (s.delayed() && record_amax) s.record_cast_amax();
     return r;
   }
 #endif
+  ME_CHECK(!gelu, "fp8_cast: GeLU is fused into the GPU cast only");  // (formed first above, elsewhere)
   Fp8Tensor r{fp8_round(x.to(torch::kFloat32) * scale, s.format()), torch::Tensor(), scale.reciprocal(), s.format()};
   if (transposed) r.data_t = r.data.t().contiguous();
-  if (s.delayed()) s.record(x.detach().abs().max().to(torch::kFloat32).reshape({1}));
+  if (s.delayed() && record_amax) s.record(x.detach().abs().max().to(torch::kFloat32).reshape({1}));
   return r;
 }
 

@@ -12,7 +12,9 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <deque>
 #include <optional>
+#include <unordered_map>
 
 #include "engine/kernels/fp8_scaling.h"
 
@@ -44,8 +46,41 @@ struct Fp8Tensor {
   Fp8Matrix transposed() const { return {data_t, scale_inv, format}; }
 };
 
-// x [rows, cols] cast with s's scale; a delayed scale then records x's amax for later steps.
-Fp8Tensor fp8_cast(const torch::Tensor& x, Fp8Scale& s, bool transposed);
+// x [rows, cols] cast with s's scale; a delayed scale then records x's amax for later steps
+// (inside an Fp8RecomputeTape's replay: with the scale recorded, and no amax recorded). With
+// gelu, gelu(x) (tanh approximation) is what is cast: on the GPU inside the cast kernel where
+// the scale needs no pass over the tensor (a delayed scale with a history), else formed first.
+Fp8Tensor fp8_cast(const torch::Tensor& x, Fp8Scale& s, bool transposed, bool gelu = false);
+
+// Full recomputation with delayed scales: a block's forward runs twice, without keeping its
+// activations and again in backward, and in between its delayed scales move on (each cast
+// records its amax, other micro-batches' forwards too). The first run records the scale each
+// cast used; the second casts with those and records no amax, so both give the same fp8 values
+// (the backward then matches the forward it differentiates) and each amax enters the history once.
+class Fp8RecomputeTape {
+ public:
+  enum class Mode { record, replay };
+  // While a Scope lives, fp8_cast on this thread records into (or replays from) the tape.
+  class Scope {
+   public:
+    Scope(Fp8RecomputeTape& tape, Mode mode);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Fp8RecomputeTape* previous_;
+    Mode previous_mode_;
+  };
+  // Recording: the scale s gives this cast, kept for the replay. Replaying: the one kept for s's
+  // next cast, or undefined where none was (s's cast was cached then, as a weight's is).
+  torch::Tensor record(Fp8Scale& s, const torch::Tensor& scale);
+  torch::Tensor replay(const Fp8Scale& s);
+  static Fp8RecomputeTape* current(Mode* mode);  // this thread's tape (null: none)
+
+ private:
+  std::unordered_map<const Fp8Scale*, std::deque<torch::Tensor>> scales_;
+};
 
 // a [m, k] times b [n, k] transposed, dequantized: an fp8 GEMM, out in `out` (+ bias [n] in the
 // GEMM's epilogue where given). fast_accum: Hopper's faster accumulation (forward GEMMs only,

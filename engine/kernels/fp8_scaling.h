@@ -50,6 +50,7 @@ class Fp8Scale {
   const torch::Tensor& history() const { return history_; }
   Fp8 format() const { return format_; }
   bool delayed() const { return options_.mode == "delayed"; }
+  bool seeded() const { return seeded_; }  // an amax was recorded (or the state loaded)
 
   // Checkpoint state: [scale, next history slot, history...] as one float32 tensor, so that a
   // resumed run continues the same scales.

@@ -107,9 +107,11 @@ inline float fp8_max(Fp8 f) { return f == Fp8::e4m3 ? 448.f : 57344.f; }
 // max |x|) (for the scale of later steps: delayed scaling); scale_inv[0] = 1 / scale[0] when
 // scale_inv is not null (what the GEMM multiplies back, fixed with this cast while the scale
 // moves on). scale, amax and scale_inv are device fp32. Rows and columns of any size (fastest
-// when both are multiples of 64).
+// when both are multiples of 64). With gelu, what is cast (and its amax) is gelu(x), tanh
+// approximation as torch::gelu(x, "tanh"), in float32: GPT's MLP casts its second layer's input
+// straight from the first layer's output, and gelu(x) is never written in bf16.
 void fp8_cast_transpose(DType t, Fp8 f, const void* x, int64_t rows, int64_t cols, const float* scale, uint8_t* out,
-                        uint8_t* out_t, float* amax, float* scale_inv, void* stream);
+                        uint8_t* out_t, float* amax, float* scale_inv, void* stream, bool gelu = false);
 // A delayed scale's update after a cast (fp8_scaling.h), one launch: history[next] = amax[0],
 // amax[0] = 0, and scale[0] = top / max(history) where that maximum is positive and finite (else
 // the scale stays). history has `length` device fp32 entries.

@@ -9,6 +9,7 @@
 #include "engine/core/autograd_state.h"
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
+#include "engine/kernels/fp8_linear.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/parallel/mappings.h"
 
@@ -31,6 +32,10 @@ struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& stream, const BlockFn* fn) {
     save_state(ctx, "fn", fn);
     ctx->save_for_backward({stream});
+    // fp8 with delayed scales: the recomputation casts with the scales this run used
+    auto tape = std::make_shared<kernels::Fp8RecomputeTape>();
+    save_state(ctx, "fp8_tape", tape);
+    kernels::Fp8RecomputeTape::Scope recording(*tape, kernels::Fp8RecomputeTape::Mode::record);
     auto out = (*fn)(Residual{stream, {}});
     return {out.x, out.delta};
   }
@@ -39,6 +44,8 @@ struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
     Residual out;
     {
       torch::AutoGradMode enable(true);
+      const auto& tape = saved_state<std::shared_ptr<kernels::Fp8RecomputeTape>>(ctx, "fp8_tape");
+      kernels::Fp8RecomputeTape::Scope replaying(*tape, kernels::Fp8RecomputeTape::Mode::replay);
       out = (*saved_state<const BlockFn*>(ctx, "fn"))(Residual{stream, {}});
     }
     torch::autograd::backward({out.x, out.delta}, {grads[0], grads[1]});
@@ -326,7 +333,7 @@ torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
   else use(*embedding_);  // tied head (on a last stage that is not the first)
   auto x = final_norm_->add_forward(r.x, r.delta).y;
   // Tied: the output layer is the word embedding, column-parallel over the vocabulary.
-  return output_ ? output_->forward(x) : parallel::parallel_lm_logits(x, embedding_->weight, tp_);
+  return output_ ? output_->forward(x) : embedding_->logits(x, /*lookup_follows=*/stage_.first());
 }
 
 torch::Tensor TransformerImpl::stage_loss(const torch::Tensor& input, const torch::Tensor& labels) {

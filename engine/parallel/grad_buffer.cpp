@@ -108,6 +108,8 @@ torch::Tensor GradBuffer::main_grad(const torch::Tensor& param, bool* accumulate
 
 void GradBuffer::mark_written(const torch::Tensor& param) { arrived(index_.at(param.unsafeGetTensorImpl())); }
 
+void GradBuffer::mark_partly_written(const torch::Tensor& param) { written_[index_.at(param.unsafeGetTensorImpl())] = 1; }
+
 void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
   if (!g.defined()) return;  // written into the buffer by its layer (gradient-accumulation fusion)
   // One kernel either way: the gradient is converted (if need be) inside the copy or the add.

@@ -66,6 +66,7 @@ class GradBuffer : public parallel::MainGradSink {
   // parallel::MainGradSink
   torch::Tensor main_grad(const torch::Tensor& param, bool* accumulate) override;
   void mark_written(const torch::Tensor& param) override;
+  void mark_partly_written(const torch::Tensor& param) override;
 
  private:
   void on_grad(size_t i, const torch::Tensor& g);

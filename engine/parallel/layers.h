@@ -66,6 +66,10 @@ struct LinearComm {
 // sink applies; without autograd, the same arithmetic as with it (recomputation runs the
 // forward both ways).
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm);
+// linear(gelu(pre)) in fp8 (comm.fp8 set): GeLU applied inside the input's fp8 cast, so gelu(pre)
+// is never written in bf16; backward multiplies by gelu'(pre). GPT's second MLP layer in fp8.
+torch::Tensor linear_of_gelu(const torch::Tensor& pre, const torch::Tensor& w, const torch::Tensor& b,
+                             const LinearComm& comm);
 
 // GeLU (tanh form) between two linear layers inside the GEMMs' epilogues (kernels::Op::gemm_gelu):
 // linear_gelu is linear() (a column or local layer) returning {pre, gelu(pre)} from one GEMM,
@@ -110,7 +114,8 @@ class RowParallelLinearImpl : public torch::nn::Module {
  public:
   RowParallelLinearImpl(int64_t in, int64_t out, bool bias, TensorParallel tp);
   torch::Tensor forward(const torch::Tensor& x);
-  // forward(gelu(a.pre)), from ColumnParallelLinear::forward_gelu's output.
+  // forward(gelu(a.pre)), from ColumnParallelLinear::forward_gelu's output (in fp8: GeLU inside the
+  // input's cast, linear_of_gelu).
   torch::Tensor forward_gelu(const kernels::Activated& a);
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
 
@@ -120,14 +125,16 @@ class RowParallelLinearImpl : public torch::nn::Module {
 
  private:
   torch::Tensor add_bias(const torch::Tensor& y);  // after the reduction over TP
+  using LinearFn = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const LinearComm&);
+  torch::Tensor forward_product(const torch::Tensor& x, LinearFn product);  // product: linear or linear_of_gelu
 
   int64_t in_, out_;
   TensorParallel tp_;
 };
 TORCH_MODULE(RowParallelLinear);
 
-// Gradient-accumulation fusion for every column- and row-parallel linear layer of `model`
-// (null: off again). The sink must outlive the model's backward passes.
+// Gradient-accumulation fusion for every column- and row-parallel linear layer and vocabulary-
+// parallel embedding of `model` (null: off again). The sink must outlive the model's backward passes.
 void attach_main_grads(torch::nn::Module& model, MainGradSink* sink);
 
 // precision = "fp8" for the column- and row-parallel layers of the transformer blocks (modules
@@ -137,20 +144,25 @@ void attach_fp8(torch::nn::Module& model, const kernels::Fp8Model* fp8);
 // The fp8 states attach_fp8 made, in the model's module order.
 std::vector<kernels::Fp8Linear*> fp8_layers(const torch::nn::Module& model);
 
-// Logits over this rank's slice of the vocabulary from a weight [vocab / tp, hidden] owned
-// elsewhere (the tied word embedding): the output layer of a column-parallel LM head.
-torch::Tensor parallel_lm_logits(const torch::Tensor& x, const torch::Tensor& weight, const TensorParallel& tp);
-
 // Embedding with the vocabulary split across TP ranks: each rank looks up the ids in its
 // range and the partial results are summed (or reduce-scattered over the tokens).
 class VocabParallelEmbeddingImpl : public torch::nn::Module {
  public:
   VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp);
   torch::Tensor forward(const torch::Tensor& tokens);
+  // Logits over this rank's slice of the vocabulary from x [..., hidden] with this weight (the
+  // tied output layer of a column-parallel LM head). `lookup_follows`: this stage also looks up
+  // with the weight (a whole model), and that backward, which comes later, completes each
+  // micro-batch's gradient.
+  torch::Tensor logits(const torch::Tensor& x, bool lookup_follows);
   std::vector<std::pair<std::string, ShardInfo>> shards() const;
   int64_t vocab_start() const { return start_; }
 
   torch::Tensor weight;  // [vocab / tp, hidden]
+  // Set by attach_main_grads: the lookup's backward adds its rows into the main grad (no dense
+  // [vocab, hidden] gradient per micro-batch), and the tied output layer's GEMM writes there.
+  MainGradSink* main_grads = nullptr;
+  std::shared_ptr<MainGradSink> main_grads_first_part;  // main_grads, for the tied head before a lookup
 
  private:
   int64_t vocab_, hidden_, start_, local_;

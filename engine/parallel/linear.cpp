@@ -196,10 +196,12 @@ variable_list input_grads(std::initializer_list<torch::Tensor> tensor_grads) {
   return out;
 }
 
-// A LinearMainGrad call: how the layer communicates, and whether GeLU joins the GEMM.
+// A LinearMainGrad call: how the layer communicates, and whether GeLU joins the GEMM: after it
+// (gelu: GPT's first MLP layer, bf16) or before it, inside the input's fp8 cast (gelu_input: the
+// second MLP layer in fp8, whose input is then the first's output before GeLU).
 struct LinearCall {
   LinearComm comm;
-  bool gelu = false;
+  bool gelu = false, gelu_input = false;
 };
 
 // LinearMainGrad's forward arithmetic, the same with autograd and without (recomputation runs
@@ -210,16 +212,17 @@ struct LinearForward {
   kernels::Fp8Tensor qx;  // precision = "fp8": x cast, with its transposed copy when for_backward
 };
 
-// linear_forward in fp8: the input gathered whole (under sequence parallelism) and cast once,
-// the rows' products in fp8 (a row layer's still reduce-scattered as they are computed).
+// linear_forward in fp8: the input gathered whole (under sequence parallelism) and cast once
+// (gelu_input: gelu of it), the rows' products in fp8 (a row layer's still reduce-scattered as
+// they are computed).
 LinearForward linear_forward_fp8(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
-                                 const LinearComm& comm, bool for_backward) {
+                                 const LinearComm& comm, bool for_backward, bool gelu_input) {
   LinearForward f;
   const auto* tp = comm.column_tp();
   f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
   const auto x2 = rows_of(f.x);
   kernels::check_fp8_aligned(x2.size(0), "the number of rows (tokens) of a linear layer's input");
-  f.qx = kernels::fp8_cast(x2, comm.fp8->scales.input, /*transposed=*/for_backward);
+  f.qx = kernels::fp8_cast(x2, comm.fp8->scales.input, /*transposed=*/for_backward, gelu_input);
   const auto qx = f.qx.matrix(), qw = comm.fp8->weight(w).matrix();
   const auto dtype = in.scalar_type();
   const RowsProduct product = [&](int64_t first, int64_t n) {
@@ -237,8 +240,9 @@ LinearForward linear_forward_fp8(const torch::Tensor& in, const torch::Tensor& w
 
 // for_backward: the forward of an autograd function, which keeps what its backward needs.
 LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& b,
-                             const LinearComm& comm, bool gelu, bool for_backward) {
-  if (comm.fp8) return linear_forward_fp8(in, w, b, comm, for_backward);
+                             const LinearComm& comm, bool gelu, bool for_backward, bool gelu_input = false) {
+  if (comm.fp8) return linear_forward_fp8(in, w, b, comm, for_backward, gelu_input);
+  ME_CHECK(!gelu_input, "linear: GeLU inside the input's cast is fp8's");
   LinearForward f;
   const auto* tp = comm.column_tp();
   if (tp && tp->sequence_parallel && tp->overlap_comm) {
@@ -309,7 +313,8 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     // [tokens, 4h] pass per layer.
     ctx->set_materialize_grads(false);
     const auto b = in.size() > 2 ? in[2] : torch::Tensor();
-    auto f = linear_forward(in[0], in[1], b, comm, gelu, /*for_backward=*/true);
+    auto f = linear_forward(in[0], in[1], b, comm, gelu, /*for_backward=*/true, call.gelu_input);
+    if (call.gelu_input) ctx->saved_data["pre"] = in[0];  // gelu'(pre), in backward
     auto saved = in.vec();
     saved[0] = f.x;
     if (comm.fp8) {  // x^T in fp8 is all the weight gradient reads: kept instead of x, at 1 byte
@@ -333,6 +338,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     if (comm.fp8) {
       auto g = fp8_input_grad(ctx, grads[0], x, w, comm);
       dy = g.dy, dx = g.dx, q = g.wgrad;
+      if (ctx->saved_data.count("pre")) dx = at::gelu_backward(dx, ctx->saved_data["pre"].toTensor(), "tanh");
     } else if (const auto* out_tp = comm.row_tp()) {
       dx = torch::empty(x.sizes(), x.options());
       const auto dx2 = rows_in(dx);
@@ -407,18 +413,30 @@ void check_row(const LinearComm& comm, const torch::Tensor& b) {
   ME_CHECK(comm.tp->sequence_parallel, "linear: a row role is for sequence parallelism (without it the layer all-reduces)");
   ME_CHECK(!b.defined(), "linear: a row layer's bias is added after the reduction, by the caller");
 }
-}  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm) {
+// linear, or with gelu_input (fp8) linear_of_gelu.
+torch::Tensor linear_call(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm,
+                          bool gelu_input) {
   check_row(comm, b);
   const bool communicates = comm.column_tp() || comm.row_tp();
   if (!communicates && !comm.fp8 && (!comm.sink || !torch::GradMode::is_enabled() || !w.requires_grad()))
     return linear_bias(x, w, b);
   if (!torch::GradMode::is_enabled() || (comm.fp8 && !w.requires_grad() && !x.requires_grad()))
-    return linear_forward(x, w, b, comm, false, /*for_backward=*/false).y.pre;
+    return linear_forward(x, w, b, comm, false, /*for_backward=*/false, gelu_input).y.pre;
   const auto in = b.defined() ? variable_list{x, w, b} : variable_list{x, w};
   // As a TensorList: a std::vector would be taken for a non-tensor argument (no gradient).
-  return LinearMainGrad::apply(at::TensorList(in), LinearCall{comm, false})[0];
+  return LinearMainGrad::apply(at::TensorList(in), LinearCall{comm, false, gelu_input})[0];
+}
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm) {
+  return linear_call(x, w, b, comm, /*gelu_input=*/false);
+}
+
+torch::Tensor linear_of_gelu(const torch::Tensor& pre, const torch::Tensor& w, const torch::Tensor& b,
+                             const LinearComm& comm) {
+  ME_CHECK(comm.fp8, "linear_of_gelu: GeLU inside the input's cast is fp8's (elsewhere: linear of torch::gelu)");
+  return linear_call(pre, w, b, comm, /*gelu_input=*/true);
 }
 
 kernels::Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,

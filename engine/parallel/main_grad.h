@@ -43,6 +43,10 @@ class MainGradSink {
   virtual torch::Tensor main_grad(const torch::Tensor& param, bool* accumulate) = 0;
   // The gradient of `param` for this micro-batch is in place (its bucket may start reducing).
   virtual void mark_written(const torch::Tensor& param) = 0;
+  // Part of `param`'s gradient of this micro-batch is in place, and a later mark_written brings
+  // the rest (a weight used twice: the tied word embedding, written by the output layer's GEMM
+  // and then by the lookup's backward). Later writes of the micro-batch add to it.
+  virtual void mark_partly_written(const torch::Tensor& param) = 0;
 
   // While set, the linear layers queue their weight-gradient GEMMs into `queue` instead of
   // running them (null: run them at once).
@@ -51,6 +55,21 @@ class MainGradSink {
 
  private:
   WeightGradQueue* held_back_ = nullptr;
+};
+
+// The writes of the first user of a weight used twice in one micro-batch (the tied word
+// embedding's output layer, when the lookup's backward follows): into `sink`'s main grads, each
+// marked partly written. No pipeline schedule holds these back: a stage using the weight twice
+// is the whole model (pp = 1).
+class FirstPartOf : public MainGradSink {
+ public:
+  explicit FirstPartOf(MainGradSink* sink) : sink_(sink) {}
+  torch::Tensor main_grad(const torch::Tensor& param, bool* accumulate) override { return sink_->main_grad(param, accumulate); }
+  void mark_written(const torch::Tensor& param) override { sink_->mark_partly_written(param); }
+  void mark_partly_written(const torch::Tensor& param) override { sink_->mark_partly_written(param); }
+
+ private:
+  MainGradSink* sink_;
 };
 
 }  // namespace me::parallel

@@ -179,6 +179,35 @@ TEST_CASE("fp8 in the model's linear layers = fp8_linear; the weight cast follow
   CHECK_FALSE(torch::allclose(layer->forward(c.x), before, 1e-2, 1e-2));
 }
 
+// GPT's second MLP layer in fp8 takes the first's output before GeLU and applies GeLU inside its
+// input's cast (linear_of_gelu): the same output and gradients as the layer on gelu(pre).
+TEST_CASE("fp8 linear_of_gelu = the fp8 layer on gelu(pre), forward and backward", "[fp8]") {
+  me::kernels::Fp8Model model;
+  model.scaling = current();
+  torch::manual_seed(5);
+  const auto pre = torch::randn({2, 16, 64}), dy = torch::randn({2, 16, 48});
+  me::parallel::RowParallelLinear a(64, 48, /*bias=*/true, me::parallel::TensorParallel{}),
+      b(64, 48, /*bias=*/true, me::parallel::TensorParallel{});
+  {
+    torch::NoGradGuard no_grad;
+    a->weight.normal_(0, 0.1), a->bias.normal_(0, 0.1);
+    b->weight.copy_(a->weight), b->bias.copy_(a->bias);
+  }
+  a->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, torch::kCPU);
+  b->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, torch::kCPU);
+  auto p1 = pre.clone().requires_grad_(true), p2 = pre.clone().requires_grad_(true);
+  const auto y1 = a->forward_gelu({p1, {}});  // no GeLU output: GeLU inside the cast
+  const auto y2 = b->forward(torch::gelu(p2, "tanh"));
+  y1.backward(dy);
+  y2.backward(dy);
+  CHECK(torch::equal(y1.detach(), y2.detach()));
+  CHECK(torch::allclose(p1.grad(), p2.grad(), 1e-6, 1e-6));
+  CHECK(torch::equal(a->weight.grad(), b->weight.grad()));
+  CHECK(torch::equal(a->bias.grad(), b->bias.grad()));
+  CHECK_THROWS_WITH(me::parallel::linear_of_gelu(pre, a->weight, a->bias, me::parallel::LinearComm::local(nullptr)),
+                    Catch::Contains("fp8"));
+}
+
 TEST_CASE("fp8 layers: the transformer blocks' linear layers only, and their scales as state", "[fp8]") {
   me::model::TransformerConfig cfg;
   cfg.vocab = 64;
@@ -213,37 +242,98 @@ TEST_CASE("fp8 GPT MLP on the GPU = the CPU's emulation", "[fp8][gpu]") {
     me::parallel::ColumnParallelLinear fc1{64, 128, true, me::parallel::TensorParallel{}};
     me::parallel::RowParallelLinear fc2{128, 64, true, me::parallel::TensorParallel{}};
   };
-  me::kernels::Fp8Model model;
-  model.scaling = current();
-  torch::manual_seed(3);
-  Mlp cpu, gpu;
-  const torch::Device dev(torch::kCUDA, 0);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto* t : {&cpu.fc1->weight, &cpu.fc2->weight, &cpu.fc1->bias, &cpu.fc2->bias}) t->normal_(0, 0.1);
-    gpu.fc1->weight.copy_(cpu.fc1->weight), gpu.fc2->weight.copy_(cpu.fc2->weight);
-    gpu.fc1->bias.copy_(cpu.fc1->bias), gpu.fc2->bias.copy_(cpu.fc2->bias);
+  // current scaling, and delayed (its second call: the scales then have a history, and the GPU
+  // casts the second layer's input with GeLU inside the cast kernel)
+  for (const bool delayed : {false, true}) {
+    INFO((delayed ? "delayed" : "current") << " scaling");
+    me::kernels::Fp8Model model;
+    if (!delayed) model.scaling = current();
+    torch::manual_seed(3);
+    Mlp cpu, gpu;
+    const torch::Device dev(torch::kCUDA, 0);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto* t : {&cpu.fc1->weight, &cpu.fc2->weight, &cpu.fc1->bias, &cpu.fc2->bias}) t->normal_(0, 0.1);
+      gpu.fc1->weight.copy_(cpu.fc1->weight), gpu.fc2->weight.copy_(cpu.fc2->weight);
+      gpu.fc1->bias.copy_(cpu.fc1->bias), gpu.fc2->bias.copy_(cpu.fc2->bias);
+    }
+    gpu.fc1->to(dev, torch::kBFloat16);
+    gpu.fc2->to(dev, torch::kBFloat16);
+    for (auto* m : {&cpu, &gpu}) {
+      const auto d = m->fc1->weight.device();
+      m->fc1->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, d);
+      m->fc2->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, d);
+    }
+    const auto x = torch::randn({2, 32, 64}), dy = torch::randn({2, 32, 64});
+    auto run_mlp = [&](Mlp& m, const torch::Tensor& x0, const torch::Tensor& dy0) {
+      auto xin = x0.clone().requires_grad_(true);
+      const auto a = m.fc1->forward_gelu(xin);
+      const auto y = m.fc2->forward_gelu(a);
+      y.backward(dy0);
+      return std::vector<torch::Tensor>{y.detach(), xin.grad(), m.fc1->weight.grad(), m.fc1->bias.grad(),
+                                        m.fc2->weight.grad(), m.fc2->bias.grad()};
+    };
+    auto want = run_mlp(cpu, x, dy);
+    auto got = run_mlp(gpu, x.to(dev, torch::kBFloat16), dy.to(dev, torch::kBFloat16));
+    if (delayed) {
+      for (auto* m : {&cpu, &gpu})
+        for (auto* t : {&m->fc1->weight, &m->fc2->weight, &m->fc1->bias, &m->fc2->bias}) t->mutable_grad() = torch::Tensor();
+      want = run_mlp(cpu, x, dy);
+      got = run_mlp(gpu, x.to(dev, torch::kBFloat16), dy.to(dev, torch::kBFloat16));
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("output/gradient " << i);
+      CHECK(relative_error(got[i].cpu().to(torch::kFloat32), want[i]) < 0.1);
+    }
   }
-  gpu.fc1->to(dev, torch::kBFloat16);
-  gpu.fc2->to(dev, torch::kBFloat16);
-  for (auto* m : {&cpu, &gpu}) {
-    const auto d = m->fc1->weight.device();
-    m->fc1->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, d);
-    m->fc2->fp8 = std::make_shared<me::kernels::Fp8Linear>(model, d);
-  }
-  const auto x = torch::randn({2, 32, 64}), dy = torch::randn({2, 32, 64});
-  auto run_mlp = [&](Mlp& m, const torch::Tensor& x0, const torch::Tensor& dy0) {
-    auto xin = x0.clone().requires_grad_(true);
-    const auto a = m.fc1->forward_gelu(xin);
-    const auto y = m.fc2->forward_gelu(a);
-    y.backward(dy0);
-    return std::vector<torch::Tensor>{y.detach(), xin.grad(), m.fc1->weight.grad(), m.fc1->bias.grad(),
-                                      m.fc2->weight.grad(), m.fc2->bias.grad()};
+}
+
+// Full recomputation runs a block's forward twice, and delayed scales move on between the two
+// (each cast records its amax). The recomputed forward must cast with the scales the first one
+// used and record nothing: gradients equal to a run without recomputation, and the same amax
+// histories (recording twice fills them twice as fast). Fails without Fp8RecomputeTape.
+TEST_CASE("fp8 with full recomputation: the recomputed forward casts with the first forward's delayed scales", "[fp8]") {
+  me::model::TransformerConfig cfg;
+  cfg.vocab = 64;
+  cfg.seq = 16;
+  cfg.layers = 2;
+  cfg.hidden = 32;
+  cfg.heads = 2;
+  struct Run {
+    std::vector<torch::Tensor> grads, scales;
   };
-  const auto want = run_mlp(cpu, x, dy);
-  const auto got = run_mlp(gpu, x.to(dev, torch::kBFloat16), dy.to(dev, torch::kBFloat16));
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO("output/gradient " << i);
-    CHECK(relative_error(got[i].cpu().to(torch::kFloat32), want[i]) < 0.1);
+  auto train = [&](const std::string& recompute) {
+    auto c = cfg;
+    c.recompute = recompute;
+    me::model::Transformer model(c);
+    model->reset_parameters(5);
+    me::kernels::Fp8Model fp8;  // delayed scaling, the default
+    me::parallel::attach_fp8(*model, &fp8);
+    torch::manual_seed(9);
+    // Micro-batches of growing magnitude (the embedding scaled up): the amax grows, so the
+    // delayed scales move from one cast to the next.
+    for (int micro = 0; micro < 4; ++micro) {
+      {
+        torch::NoGradGuard no_grad;
+        if (micro > 0) model->named_parameters()["embedding.weight"].mul_(1.5);
+      }
+      const auto tokens = torch::randint(0, c.vocab, {2, c.seq}, torch::kLong);
+      model->loss(tokens, tokens.roll(-1, 1)).backward();
+    }
+    Run r;
+    for (auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
+    for (auto* layer : me::parallel::fp8_layers(*model)) r.scales.push_back(layer->scales.state());
+    return r;
+  };
+  const auto plain = train("none"), recomputed = train("full");
+  REQUIRE(plain.grads.size() == recomputed.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(relative_error(recomputed.grads[i], plain.grads[i]) < 1e-6);
+  }
+  REQUIRE(plain.scales.size() == recomputed.scales.size());
+  for (size_t i = 0; i < plain.scales.size(); ++i) {
+    INFO("fp8 layer " << i);
+    CHECK(torch::equal(recomputed.scales[i], plain.scales[i]));
   }
 }

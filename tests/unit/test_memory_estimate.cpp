@@ -161,10 +161,11 @@ TEST_CASE("the estimate matches measured peaks", "[memory]") {
     return me::plan::estimate_memory(p).stages[static_cast<size_t>(stage)].allocator_peak(p.distributed_optimizer) / MiB;
   };
   // GPT 1.3B, 1 GPU: 18 B x 1,315,819,520 + 24 layers x 537,526,272 + last stage 67,174,400
-  // + logits 8192 x 50304 x 2 + 196,608 + T h x 2 + tied embedding gradient 50304 x 2048 x 2
-  // + workspace 67,239,936 = 37,783,773,184 B = 36,033 MiB; measured 36,038.
-  CHECK(peak(plan(gpt13(), 1, 1, 1, 4)) == Approx(36033.0).epsilon(1e-4));
-  CHECK(peak(plan(gpt13(), 1, 1, 1, 4)) == Approx(36038).epsilon(0.02));
+  // + logits 8192 x 50304 x 2 + 196,608 + T h x 2 + workspace 67,239,936 = 37,577,728,000 B =
+  // 35,837 MiB; measured 35,842 on the H100 (eighteenth session: the tied embedding's gradient
+  // goes into the main grads, no longer held by autograd; 36,038 measured before, with it).
+  CHECK(peak(plan(gpt13(), 1, 1, 1, 4)) == Approx(35836.9).epsilon(1e-4));
+  CHECK(peak(plan(gpt13(), 1, 1, 1, 4)) == Approx(35842).epsilon(0.02));
   auto dist = plan(gpt13(), 2, 1, 1, 4);
   dist.distributed_optimizer = true;
   CHECK(peak(dist) == Approx(28509).epsilon(0.02));  // 2 GPUs, distributed optimizer
