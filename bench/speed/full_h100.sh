@@ -2,7 +2,8 @@
 # The H100 table of bench/RESULTS.md in one device call: build, GPU unit tests, then
 # bench/speed/run.sh (measured peak, megaengine and the PyTorch references for each model) plus
 # megaengine with its own CUDA kernels switched off (ME_KERNELS=none, or each value of
-# ME_BENCH_KERNELS_OFF), and rows with other recipe settings (ME_BENCH_EXTRA), in the same call.
+# ME_BENCH_KERNELS_OFF), and rows with other recipe settings (ME_BENCH_EXTRA; by default one in
+# precision = "fp8"), in the same call.
 #   bash bench/speed/full_h100.sh OUT_DIR          (after `source .debs/device-env.sh`)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,8 +25,9 @@ for m in ${ME_BENCH_MODELS:-gpt1.3b llama1b}; do
       tail -3 "$out/$m.${k//,/_}.log"  # no commas in file names: the device tool does not return them
   done
 done
-# Extra rows: recipe overrides, rows separated by ';' (e.g. ME_BENCH_EXTRA="parallel.grad_reduce_dtype=bf16").
-IFS=';' read -ra extras <<< "${ME_BENCH_EXTRA:-}"
+# Extra rows: recipe overrides, rows separated by ';' (e.g. ME_BENCH_EXTRA="parallel.grad_reduce_dtype=bf16");
+# unset, one row in precision = "fp8" per model (ME_BENCH_EXTRA= for none).
+IFS=';' read -ra extras <<< "${ME_BENCH_EXTRA-precision=fp8}"
 for m in ${ME_BENCH_MODELS:-gpt1.3b llama1b}; do
   for e in "${extras[@]}"; do
     log=$out/$m.${e//[^a-z0-9]/_}.log

@@ -66,9 +66,8 @@ inline bool set_matmul_sm_carveout(std::optional<int32_t> sms, C& context = at::
 }
 
 // Which fused attention kernel SDPA prefers on the GPU, from ME_ATTENTION: "auto" (LibTorch's own
-// order), "flash" (FlashAttention-2), "cudnn" (cuDNN's fused attention, Hopper-tuned) or
-// "efficient" (the memory-efficient kernels). Read once.
-enum class AttentionBackend { automatic, flash, cudnn, efficient };
+// order), "flash" (FlashAttention-2) or "cudnn" (cuDNN's fused attention, Hopper-tuned). Read once.
+enum class AttentionBackend { automatic, flash, cudnn };
 inline AttentionBackend attention_backend() {
   static const AttentionBackend backend = [] {
     const char* env = std::getenv("ME_ATTENTION");
@@ -76,8 +75,7 @@ inline AttentionBackend attention_backend() {
     if (v.empty() || v == "auto") return AttentionBackend::automatic;
     if (v == "flash") return AttentionBackend::flash;
     if (v == "cudnn") return AttentionBackend::cudnn;
-    if (v == "efficient") return AttentionBackend::efficient;
-    throw std::runtime_error("ME_ATTENTION='" + v + "': expected auto, flash, cudnn or efficient");
+    throw std::runtime_error("ME_ATTENTION='" + v + "': expected auto, flash or cudnn");
   }();
   return backend;
 }
@@ -85,7 +83,6 @@ inline const char* attention_backend_name() {
   switch (attention_backend()) {
     case AttentionBackend::flash: return "flash";
     case AttentionBackend::cudnn: return "cudnn";
-    case AttentionBackend::efficient: return "efficient";
     default: return "auto";
   }
 }
@@ -99,7 +96,6 @@ inline void apply_attention_backend() {
     switch (attention_backend()) {
       case AttentionBackend::flash: order = {B::flash_attention, B::efficient_attention, B::cudnn_attention, B::math, B::overrideable}; break;
       case AttentionBackend::cudnn: order = {B::cudnn_attention, B::flash_attention, B::efficient_attention, B::math, B::overrideable}; break;
-      case AttentionBackend::efficient: order = {B::efficient_attention, B::flash_attention, B::cudnn_attention, B::math, B::overrideable}; break;
       default: return true;
     }
     std::vector<int64_t> ids;
