@@ -204,25 +204,29 @@ double stage_activation_bytes(const MemoryPlan& p, const Dims& x, int64_t first_
   return bytes + (x.r + x.T) * x.h * x.act_bytes + x.r * norm_stat_bytes(c);
 }
 
+// The tied word embedding's gradient that autograd holds on the last stage until the backward is
+// over: only without gradient-accumulation fusion (with it, the output layer's GEMM and the
+// lookup's backward both write into the main grad).
+double held_tied_embedding_grad_bytes(const MemoryPlan& p, const Dims& x) {
+  return p.model.tie_embeddings && !p.grad_accumulation_fusion ? x.V / x.t * x.h * x.param_bytes : 0.0;
+}
+
 // The last stage at its output layer's backward: the logits [T, V/t] (the fused cross entropy
 // keeps them and turns them into their gradient in place; LibTorch's composition keeps an fp32
 // softmax, then makes an fp32 gradient and its cast), fp32 row statistics, the output layer's
-// input gradient (T h) and, tied without gradient-accumulation fusion, the word embedding's
-// gradient, which autograd holds until the backward is over (with fusion the output layer's GEMM
-// and the lookup's backward both write into the main grad).
+// input gradient (T h) and the tied embedding's gradient autograd may hold.
 double logits_bytes(const MemoryPlan& p, const Dims& x) {
   const double logits = x.T * x.V / x.t;
   double bytes = p.fused_kernels ? logits * x.act_bytes : logits * (4.0 + 4.0 + x.act_bytes);
   bytes += 6 * 4.0 * x.T + x.T * x.h * x.act_bytes;
-  if (p.model.tie_embeddings && !p.grad_accumulation_fusion) bytes += x.V / x.t * x.h * x.param_bytes;
+  bytes += held_tied_embedding_grad_bytes(p, x);
   return bytes;
 }
 
 // The heaviest point of a layer's backward: its working set; with recomputation, the activations
 // it rebuilds first (under full, a whole layer's less the input it kept, counted already; by
 // then the layers after it in the stage have freed theirs; under selective, the attention
-// output); and on a last stage with tied embeddings the embedding gradient autograd still holds
-// (without gradient-accumulation fusion).
+// output); and on a last stage the tied embedding's gradient autograd may hold.
 double backward_peak_bytes(const MemoryPlan& p, const Dims& x, int64_t first_layer, int64_t layers, bool last) {
   const auto& c = p.model;
   double bytes = layer_backward_bytes(p, x);
@@ -238,7 +242,7 @@ double backward_peak_bytes(const MemoryPlan& p, const Dims& x, int64_t first_lay
     bytes += std::max(0.0, rebuilt - freed);
   }
   if (c.recompute == "selective") bytes += x.T * x.a * x.d / x.t * x.act_bytes + 4.0 * x.T * x.a / x.t;
-  if (last && c.tie_embeddings && !p.grad_accumulation_fusion) bytes += x.V / x.t * x.h * x.param_bytes;
+  if (last) bytes += held_tied_embedding_grad_bytes(p, x);
   return bytes;
 }
 

@@ -40,6 +40,17 @@ Grads run(const Case& c, Fp8LinearScales& scales) {
   return {y.detach(), x.grad(), w.grad(), b.grad()};
 }
 
+// A 2-layer GPT whose widths and tokens (2 x 16) are multiples of 16, as the fp8 GEMMs need.
+me::model::TransformerConfig tiny_fp8_gpt() {
+  me::model::TransformerConfig cfg;
+  cfg.vocab = 64;
+  cfg.seq = 16;
+  cfg.layers = 2;
+  cfg.hidden = 32;
+  cfg.heads = 2;
+  return cfg;
+}
+
 Fp8ScalingOptions current() {
   Fp8ScalingOptions o;
   o.mode = "current";
@@ -209,12 +220,7 @@ TEST_CASE("fp8 linear_of_gelu = the fp8 layer on gelu(pre), forward and backward
 }
 
 TEST_CASE("fp8 layers: the transformer blocks' linear layers only, and their scales as state", "[fp8]") {
-  me::model::TransformerConfig cfg;
-  cfg.vocab = 64;
-  cfg.seq = 16;
-  cfg.layers = 2;
-  cfg.hidden = 32;
-  cfg.heads = 2;
+  auto cfg = tiny_fp8_gpt();
   cfg.tie_embeddings = false;  // an output layer of its own, which stays out of fp8
   me::model::Transformer model(cfg);
   me::kernels::Fp8Model fp8;
@@ -293,12 +299,7 @@ TEST_CASE("fp8 GPT MLP on the GPU = the CPU's emulation", "[fp8][gpu]") {
 // used and record nothing: gradients equal to a run without recomputation, and the same amax
 // histories (recording twice fills them twice as fast). Fails without Fp8RecomputeTape.
 TEST_CASE("fp8 with full recomputation: the recomputed forward casts with the first forward's delayed scales", "[fp8]") {
-  me::model::TransformerConfig cfg;
-  cfg.vocab = 64;
-  cfg.seq = 16;
-  cfg.layers = 2;
-  cfg.hidden = 32;
-  cfg.heads = 2;
+  auto cfg = tiny_fp8_gpt();
   struct Run {
     std::vector<torch::Tensor> grads, scales;
   };
