@@ -34,7 +34,7 @@ std::string apply_deterministic_mode() {
   const char* attention = std::getenv("ME_ATTENTION");
   ME_CHECK(!attention || std::string(attention) != "cudnn", "train.deterministic: ME_ATTENTION=cudnn has no deterministic ",
            "backward: unset ME_ATTENTION (megaengine uses flash) or set ME_ATTENTION=flash");
-  line += ", attention " + fix_env("ME_ATTENTION", "flash");
+  line += ", attention " + fix_env("ME_ATTENTION", "flash") + " (its deterministic backward; forward cuDNN's where heads are not grouped)";
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   // Not LibTorch's NaN fill of every new tensor: a pass per allocation, and no kernel of ours
   // reads memory it has not written (two runs giving the same bits is what the tests check).

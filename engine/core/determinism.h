@@ -11,7 +11,8 @@
 // - NCCL with a fixed algorithm and protocol (NCCL_ALGO=Ring, NCCL_PROTO=Simple unless the
 //   environment fixes them already), so every reduction sums in the same order;
 // - FlashAttention for attention (ME_ATTENTION=flash unless set): its backward then runs its
-//   deterministic path (cuDNN's attention backward has none).
+//   deterministic path (cuDNN's attention backward has none); where heads are not grouped the
+//   forward is cuDNN's, which is deterministic and faster (compat::CudnnForwardFlashBackward).
 // Our own kernels (engine/kernels) reduce in a fixed order without atomics in any mode, and the
 // data order is the seed's; tests/unit/test_kernels.cpp checks both kernels and model in this
 // mode.

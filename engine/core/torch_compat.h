@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -109,6 +110,48 @@ inline void apply_attention_backend() {
 inline void apply_attention_backend() {}
 #endif
 
+#if ME_HAS_SDPA_GQA && ME_TORCH_HAS_CUDA
+// Deterministic causal attention without FlashAttention's slower forward: cuDNN's fused forward
+// (deterministic, about twice FlashAttention-2's speed on the H100) with its log-sum-exp, then
+// FlashAttention-2's backward from that output and log-sum-exp (both natural-log [b, h, s] fp32
+// statistics of the same scaled scores), which sums dq in a fixed order when LibTorch's
+// deterministic algorithms are on. LibTorch itself never pairs them: it skips cuDNN whole in
+// that mode, its backward having no deterministic path.
+struct CudnnForwardFlashBackward : torch::autograd::Function<CudnnForwardFlashBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+    auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, /*attn_bias=*/{}, /*compute_log_sumexp=*/true,
+                                                     /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false);
+    auto out = std::get<0>(r), lse = std::get<1>(r).reshape({q.size(0), q.size(1), q.size(2)});
+    ctx->save_for_backward({q, k, v, out, lse, std::get<6>(r), std::get<7>(r)});
+    return out;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const torch::Tensor g = grads[0].stride(-1) == 1 ? grads[0] : grads[0].contiguous();  // the kernel's one layout demand
+    auto r = at::_scaled_dot_product_flash_attention_backward(g, s[0], s[1], s[2], s[3], s[4], /*cum_seq_q=*/{},
+                                                              /*cum_seq_k=*/{}, s[0].size(2), s[1].size(2),
+                                                              /*dropout_p=*/0.0, /*is_causal=*/true, s[5], s[6]);
+    return {std::get<0>(r), std::get<1>(r), std::get<2>(r)};
+  }
+};
+
+// Whether the pair above serves q, k, v: deterministic algorithms on, one key/value head per
+// query head, 16-bit, head_dim a multiple of 8 up to 128 (what both kernels take), and cuDNN's
+// forward has not refused once already in this process.
+inline std::atomic<bool>& cudnn_forward_refused() {
+  static std::atomic<bool> refused{false};
+  return refused;
+}
+inline bool use_cudnn_forward_flash_backward(const torch::Tensor& q, const torch::Tensor& k) {
+  const auto d = q.size(-1);
+  return at::globalContext().deterministicAlgorithms() && attention_backend() != AttentionBackend::cudnn &&
+         q.size(1) == k.size(1) && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) &&
+         d % 8 == 0 && d <= 128 && !cudnn_forward_refused().load();
+}
+#endif
+
 // Causal self-attention over q [batch, heads, seq, head_dim] and k, v [batch, groups, seq,
 // head_dim] (grouped-query attention when groups < heads: each key/value head serves
 // heads / groups consecutive query heads). On 2.x this dispatches to the fused flash/efficient
@@ -118,6 +161,15 @@ inline torch::Tensor causal_attention(const torch::Tensor& q, torch::Tensor k, t
 #if ME_HAS_SDPA_GQA
   if (q.is_cuda()) {
     apply_attention_backend();
+#if ME_TORCH_HAS_CUDA
+    if (use_cudnn_forward_flash_backward(q, k)) {
+      try {
+        return CudnnForwardFlashBackward::apply(q, k, v);
+      } catch (const c10::Error&) {
+        cudnn_forward_refused() = true;  // e.g. a cuDNN without fused attention: FlashAttention's own forward
+      }
+    }
+#endif
     // cuDNN's attention is not known to check grouped key/value heads: give it full ones.
     if (rep > 1 && attention_backend() == AttentionBackend::cudnn) {
       return at::scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), {}, 0.0,

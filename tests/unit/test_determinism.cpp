@@ -53,8 +53,8 @@ TEST_CASE("train.deterministic: LibTorch's tripwire armed; cuBLAS, NCCL and atte
   CHECK(std::string(std::getenv("NCCL_PROTO")) == "Simple");
   CHECK(std::string(std::getenv("ME_ATTENTION")) == "flash");
   CHECK(line == "LibTorch deterministic algorithms (a nondeterministic op throws), cuDNN deterministic, "
-                "CUBLAS_WORKSPACE_CONFIG=:4096:8, NCCL_ALGO=Ring, NCCL_PROTO=Simple, attention ME_ATTENTION=flash, "
-                "new tensors not NaN-filled");
+                "CUBLAS_WORKSPACE_CONFIG=:4096:8, NCCL_ALGO=Ring, NCCL_PROTO=Simple, attention ME_ATTENTION=flash "
+                "(its deterministic backward; forward cuDNN's where heads are not grouped), new tensors not NaN-filled");
   // The tripwire: what LibTorch reports as nondeterministic now stops the run.
   CHECK_THROWS_WITH(at::globalContext().alertNotDeterministic("an op without a deterministic kernel"),
                     Catch::Contains("an op without a deterministic kernel"));

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/core/determinism.h"
+#include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/model/transformer.h"
 #include "engine/optim/adamw.h"
@@ -326,6 +327,38 @@ std::vector<torch::Tensor> loss_and_grads(me::model::Transformer& model, const t
   return out;
 }
 }  // namespace
+
+#if ME_HAS_SDPA_GQA && ME_TORCH_HAS_CUDA
+TEST_CASE("deterministic mode's attention: cuDNN's forward with FlashAttention's backward matches LibTorch's own",
+          "[kernels][gpu][determinism]") {
+  if (!have_gpu()) return;
+  torch::manual_seed(11);
+  const auto opts = torch::TensorOptions().device(kGpu).dtype(torch::kBFloat16);
+  // [batch, heads, seq, head_dim] views of [batch, seq, heads, head_dim], as the model hands them over
+  auto heads_view = [&] { return torch::randn({2, 512, 8, 128}, opts).transpose(1, 2); };
+  const auto q0 = heads_view(), k0 = heads_view(), v0 = heads_view(), go = heads_view();
+  auto run = [&] {
+    auto q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
+    auto out = me::compat::causal_attention(q, k, v);
+    out.backward(go);
+    return std::vector<torch::Tensor>{out, q.grad(), k.grad(), v.grad()};
+  };
+  const auto plain = run();  // LibTorch's choice (cuDNN or flash), not deterministic mode
+  at::globalContext().setDeterministicAlgorithms(true, false);
+  REQUIRE(me::compat::use_cudnn_forward_flash_backward(q0, k0));
+  const auto first = run(), second = run();
+  at::globalContext().setDeterministicAlgorithms(false, false);
+  CHECK_FALSE(me::compat::cudnn_forward_refused().load());  // the pair ran, not the fallback
+  const char* what[] = {"output", "dq", "dk", "dv"};
+  for (size_t i = 0; i < plain.size(); ++i) {
+    INFO(what[i]);
+    CHECK(torch::equal(first[i], second[i]));
+    const double err = (first[i].to(torch::kFloat) - plain[i].to(torch::kFloat)).abs().max().item<double>();
+    const double scale = plain[i].to(torch::kFloat).abs().max().item<double>();
+    CHECK(err <= 2e-2 * scale);  // two bf16 kernels' rounding, not a wrong statistic (that gives O(1))
+  }
+}
+#endif
 
 TEST_CASE("deterministic mode: the fused kernels, attention and the whole model give the same bits twice",
           "[kernels][gpu][determinism]") {
