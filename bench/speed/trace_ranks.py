@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Which rank the others wait for: per-rank host and GPU figures from the step profiler's traces.
+
+A multi-GPU step runs at the pace of its slowest rank; the others show that rank's lateness as
+time in collectives and in the copy engines' barrier kernel, which a single rank's profile calls
+communication. Given every rank's Chrome trace of the same steps (`train.profile_trace=T.json`
+writes T.json for rank 0 and T.rankN.json for the others), this prints for each rank:
+
+  - how long its kernels wait after their launch call (median, p10): a few microseconds means
+    the GPU waits for the host (host-bound), milliseconds that the host runs ahead;
+  - its GPU's busy time, and the part of it spent in wait kernels (NCCL, barrier_kernel);
+  - its host threads' busy time (LibTorch ops and CUDA runtime calls), synchronisations apart;
+  - the median host cost of a few common calls (aten::mm, cudaLaunchKernel, cudaMemcpyAsync);
+and, over the barrier kernels that every rank runs in the same order, which rank arrives last.
+
+    python3 bench/speed/trace_ranks.py T.json [T.rank1.json ...]    (default: T.rank*.json beside T.json)
+
+Standard library only: it runs wherever the traces are copied.
+"""
+import collections
+import glob
+import json
+import os
+import statistics
+import sys
+
+WAIT_KERNELS = ("barrier_kernel", "ncclDevKernel", "ncclKernel")
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+HOST_CALLS = ("aten::mm", "cudaLaunchKernel", "cudaMemcpyAsync")
+
+
+def covered(spans):
+    """Time covered by the union of [start, end) spans."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0.0)
+
+
+def rank_figures(path):
+    events = json.load(open(path))["traceEvents"]
+    x = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    gpu = [e for e in x if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    kernels = [e for e in x if e.get("cat") == "kernel"]
+    runtime = [e for e in x if e.get("cat") == "cuda_runtime"]
+    host = [e for e in x if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")]
+    if not kernels or not host:
+        raise SystemExit(f"{path}: no GPU kernels or host events; was it written by train.profile_trace on a GPU?")
+    launches = {e["args"]["correlation"]: e for e in runtime if "correlation" in e.get("args", {})}
+    lags = sorted(e["ts"] - launches[c]["ts"] for e in kernels
+                  if (c := e.get("args", {}).get("correlation")) in launches)
+    threads = collections.defaultdict(list)
+    for e in host:
+        threads[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+    calls = collections.defaultdict(list)
+    for e in host:
+        if e["name"] in HOST_CALLS:
+            calls[e["name"]].append(e["dur"])
+    return {
+        "span_ms": (max(e["ts"] + e["dur"] for e in host) - min(e["ts"] for e in host)) / 1e3,
+        "lag_median_us": statistics.median(lags) if lags else float("nan"),
+        "lag_p10_us": lags[len(lags) // 10] if lags else float("nan"),
+        "gpu_busy_ms": covered([(e["ts"], e["ts"] + e["dur"]) for e in gpu]) / 1e3,
+        "wait_kernels_ms": sum(e["dur"] for e in kernels if any(w in e["name"] for w in WAIT_KERNELS)) / 1e3,
+        "host_busy_ms": sum(covered(v) for v in threads.values()) / 1e3,
+        "sync_ms": sum(e["dur"] for e in runtime if e["name"] in SYNC_CALLS) / 1e3,
+        "calls_us": {k: statistics.median(v) for k, v in calls.items()},
+        "barriers": [e["ts"] for e in kernels if "barrier_kernel" in e["name"]],
+    }
+
+
+def main(argv):
+    if not argv:
+        print(__doc__.strip().splitlines()[-3], file=sys.stderr)
+        return 2
+    paths = argv
+    if len(paths) == 1:
+        base, ext = os.path.splitext(paths[0])
+        paths += sorted(glob.glob(f"{base}.rank*{ext}"), key=lambda p: int(p[len(base) + 5:-len(ext)]))
+    ranks = [rank_figures(p) for p in paths]
+    print("rank | launch->start median / p10 (us) | GPU busy ms | of it wait kernels ms | host busy ms (sync) | "
+          + " | ".join(f"{c} us" for c in HOST_CALLS))
+    for r, f in enumerate(ranks):
+        print(f"{r} | {f['lag_median_us']:.0f} / {f['lag_p10_us']:.0f} | {f['gpu_busy_ms']:.1f} of {f['span_ms']:.1f} | "
+              f"{f['wait_kernels_ms']:.1f} | {f['host_busy_ms']:.1f} ({f['sync_ms']:.1f}) | "
+              + " | ".join(f"{f['calls_us'].get(c, float('nan')):.1f}" for c in HOST_CALLS))
+    n = min(len(f["barriers"]) for f in ranks)
+    if len(ranks) > 1 and n:
+        last = collections.Counter(max(range(len(ranks)), key=lambda r: ranks[r]["barriers"][i]) for i in range(n))
+        print(f"last to arrive at the {n} barriers: " + ", ".join(f"rank {r} {c}x" for r, c in last.most_common()))
+    host_bound = [r for r, f in enumerate(ranks) if f["lag_median_us"] < 1000]
+    if host_bound:
+        print("host-bound (kernels start within 1 ms of their launch, median): rank(s) "
+              + ", ".join(map(str, host_bound)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

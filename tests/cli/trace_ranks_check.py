@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""bench/speed/trace_ranks.py on two synthetic rank traces: rank 1's host is slow (its kernels start
+right after their launch) and it reaches every barrier last; rank 0 runs ahead and waits."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+script, = sys.argv[1:]
+
+
+def trace(path, lag_us, barrier_at, barrier_us):
+    events, t = [], 0.0
+    for i in range(40):  # 40 launches, each kernel starting lag_us after its launch call
+        corr = i + 1
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t, "dur": 8.0,
+                       "tid": 1, "args": {"correlation": corr}})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": t - 20, "dur": 30.0, "tid": 1})
+        name = "me::kernels::barrier_kernel(unsigned long**, int, int, unsigned long)" if i % 10 == 0 else "gemm"
+        start = barrier_at[i // 10] if i % 10 == 0 else t + lag_us
+        events.append({"ph": "X", "cat": "kernel", "name": name, "ts": start,
+                       "dur": barrier_us if i % 10 == 0 else 50.0, "tid": 7, "args": {"correlation": corr}})
+        t += 100.0
+    json.dump({"traceEvents": events}, open(path, "w"))
+
+
+with tempfile.TemporaryDirectory() as d:
+    trace(os.path.join(d, "t.json"), 5000.0, [0, 1000, 2000, 3000], 400.0)
+    trace(os.path.join(d, "t.rank1.json"), 10.0, [300, 1300, 2300, 3300], 1.0)
+    out = subprocess.run([sys.executable, script, os.path.join(d, "t.json")], capture_output=True, text=True)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.returncode
+    rows = [l for l in out.stdout.splitlines() if l[:2] in ("0 ", "1 ")]
+    assert len(rows) == 2, rows
+    assert rows[0].startswith("0 | 5000 / 5000"), rows[0]
+    assert rows[1].startswith("1 | 10 / 10"), rows[1]
+    assert "last to arrive at the 4 barriers: rank 1 4x" in out.stdout
+    assert "host-bound (kernels start within 1 ms of their launch, median): rank(s) 1" in out.stdout
+    # A trace with no GPU events is refused with its name.
+    json.dump({"traceEvents": []}, open(os.path.join(d, "cpu.json"), "w"))
+    bad = subprocess.run([sys.executable, script, os.path.join(d, "cpu.json")], capture_output=True, text=True)
+    assert bad.returncode != 0 and "cpu.json: no GPU kernels" in bad.stderr, bad.stderr
+print("trace_ranks: ok")
