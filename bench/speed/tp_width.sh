@@ -6,7 +6,8 @@
 # ME_BENCH_VARIANTS, e.g. parallel.tp_gather=ring or NCCL_PROTO=Simple); per-GPU efficiency = the tp 1 layer
 # time / (tp x the layer time at tp); the exposed TP communication per layer from the step
 # profile (train.profile_at, during the warm-up, so that it slows no timed step) of each 2L
-# run. GPT-39B width (h 8192, 64 heads, seq 2048) and LLaMA-2-70B width (GQA 8, ffn 28672,
+# run, and from every rank's trace of it which ranks are host-bound (bench/speed/trace_ranks.py,
+# its report at the end of the run's log). GPT-39B width (h 8192, 64 heads, seq 2048) and LLaMA-2-70B width (GQA 8, ffn 28672,
 # seq 4096); micro 1, global 8, bf16, the recipes' defaults.
 #   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
 # Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
@@ -41,6 +42,7 @@ run() {
   local model=$1 layers=$2 tp=$3 label=$4
   shift 4
   local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=() env=() overrides=() o
+  local trace="${TMPDIR:-/tmp}/tp_width.$$.trace.json"
   for o in "$@"; do
     case $o in NCCL_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
   done
@@ -48,35 +50,42 @@ run() {
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
   env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=1 ME_BENCH_STEPS=${ME_BENCH_STEPS:-8} ME_BENCH_WARMUP=$warmup \
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
-    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=8 parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2" \
+    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=8 parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace" \
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
-  local ms exposed
+  # Every rank's trace of the profiled steps: which rank the others wait for (host-bound ones
+  # start their kernels microseconds after launching them); the traces themselves are dropped.
+  local ms exposed hostbound=-
+  if [ "$tp" -gt 1 ] && [ -f "$trace" ]; then
+    python3 "$repo/bench/speed/trace_ranks.py" "$trace" >> "$log" 2>&1
+    hostbound=$(sed -n 's/^host-bound .*: rank(s) //p' "$log" | tail -1)
+  fi
+  rm -f "${trace%.json}"*.json
   ms=$(grep -o '"ms_per_step": [0-9.]*' "$log" | tail -1 | grep -o '[0-9.]*$')
   exposed=$(grep -o 'of which [0-9.]* ms beside no other kernel' "$log" | head -1 | grep -o '[0-9.]*')
-  echo "${ms:-nan} ${exposed:-0}"
+  echo "${ms:-nan} ${exposed:-0} ${hostbound// /}"
 }
 
 # "SP" is the default backend (auto: the copy engines on one node), "SP nccl" NCCL's bulk gathers
 variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl;no SP:parallel.sequence_parallel=false"}
 {
-  echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) |"
-  echo "|---|---|--:|--:|--:|"
+  echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) |"
+  echo "|---|---|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
   read -r a _ <<< "$(run "$model" "$L" 1 tp1)"
   read -r b _ <<< "$(run "$model" $((2 * L)) 1 tp1)"
   base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
-  echo "| $model | tp 1 | $base | 1.00 | - |" >> "$out/table.md"
+  echo "| $model | tp 1 | $base | 1.00 | - | - |" >> "$out/table.md"
   for tp in ${ME_BENCH_TPS:-2 4}; do
     [ "$tp" -le "$gpus" ] || continue
     IFS=';' read -ra list <<< "$variants"
     for variant in "${list[@]}"; do
       label=${variant%%:*} overrides=${variant#*:}
       read -r a e1 <<< "$(run "$model" "$L" "$tp" "${label// /_}" $overrides)"
-      read -r b e2 <<< "$(run "$model" $((2 * L)) "$tp" "${label// /_}" $overrides)"
-      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" 'BEGIN {
+      read -r b e2 hb <<< "$(run "$model" $((2 * L)) "$tp" "${label// /_}" $overrides)"
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="${hb:--}" 'BEGIN {
         layer = (b - a) / l
-        printf "| %s | tp %d + %s | %.1f | %.2f | %.1f |\n", m, tp, lab, layer, base / (tp * layer), (e2 - e1) / l }' >> "$out/table.md"
+        printf "| %s | tp %d + %s | %.1f | %.2f | %.1f | %s |\n", m, tp, lab, layer, base / (tp * layer), (e2 - e1) / l, hb }' >> "$out/table.md"
     done
   done
 done
