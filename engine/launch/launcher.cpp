@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -238,10 +239,18 @@ std::string describe_exit(const Rank& r) {
   return cat("rank ", r.rank, " exited with status ", WEXITSTATUS(r.status));
 }
 
+// CPUs this process may run on (its affinity mask: what Slurm or taskset left it).
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
 // The environment of one rank: ours, minus stale values of the launcher's variables (from an
 // outer launcher or the user's shell), plus this rank's.
 std::vector<std::string> rank_environment(const LaunchOptions& opts, int port, int rank) {
-  const std::vector<std::pair<std::string, std::string>> vars = {
+  std::vector<std::pair<std::string, std::string>> vars = {
       {"ME_JOB_TOKEN", opts.job_token},
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(opts.nproc)},
@@ -253,6 +262,13 @@ std::vector<std::string> rank_environment(const LaunchOptions& opts, int port, i
       // The launcher owns the rank prefix of its ranks' lines: their log adds none of its own.
       {"ME_OUTPUT_PREFIXED", opts.prefix_output ? "1" : "0"},
   };
+  // Each rank's share of the CPUs this launcher may use, for LibTorch's CPU thread pool, unless
+  // the user set it: as torchrun does and slurm/train.sbatch (--cpus-per-task). Without it every
+  // rank starts a pool as large as the machine, nproc pools in all, whose spinning workers take
+  // cycles from the threads that launch each rank's kernels.
+  if (opts.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    vars.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, usable_cpus() / opts.nproc)));
+  }
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string entry = *e;

@@ -3,6 +3,8 @@
 // each PID must be gone and this process must have no child left to reap.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -158,6 +160,27 @@ TEST_CASE("ranks get their environment and prefixed output", "[launcher]") {
     CHECK_THAT(r.out, Contains(hello));
     CHECK_THAT(r.out, Contains(me::cat("[rank ", rank, "] env 4 127.0.0.1 1\n")));
   }
+  check_all_gone({});
+}
+
+TEST_CASE("ranks share the CPUs for LibTorch's threads unless OMP_NUM_THREADS is set", "[launcher]") {
+  const char* had = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = had ? had : "";
+  ::unsetenv("OMP_NUM_THREADS");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int share = std::max(1, CPU_COUNT(&set) / 2);
+  Result r = run(sh(2, "echo \"omp $OMP_NUM_THREADS\""));
+  CHECK(r.rc == 0);
+  for (int rank = 0; rank < 2; ++rank) CHECK_THAT(r.out, Contains(me::cat("[rank ", rank, "] omp ", share, "\n")));
+  ::setenv("OMP_NUM_THREADS", "3", 1);  // the user's value wins
+  r = run(sh(2, "echo \"omp $OMP_NUM_THREADS\""));
+  CHECK_THAT(r.out, Contains("[rank 1] omp 3\n"));
+  ::unsetenv("OMP_NUM_THREADS");
+  r = run(sh(1, "echo \"omp [$OMP_NUM_THREADS]\""));  // one rank: LibTorch's own default
+  CHECK_THAT(r.out, Contains("omp []"));
+  if (had) ::setenv("OMP_NUM_THREADS", saved.c_str(), 1);
   check_all_gone({});
 }
 
