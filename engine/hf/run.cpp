@@ -101,10 +101,13 @@ std::string import_hf_for_run(const std::string& hf_dir, const model::Transforme
   }
   const checkpoint::CheckpointDir target(files::join(checkpoint_dir, "hf_import-" + source_hash(hf_dir)));
   // Rank 0 reaches the barrier even when its conversion fails (a missing tensor, a damaged
-  // file), so that the others stop with an error instead of waiting for it.
+  // file), so that the others stop with an error instead of waiting for it. Its reason goes
+  // into a file beside the conversion first: whichever rank's error ends the job, it says why.
+  const std::string reason_path = target.path() + ".error";
   std::exception_ptr failed;
   if (rank == 0) {
     try {
+      files::remove_tree(reason_path);
       if (files::exists(target.path()) && target.latest()) {
         log::info(what, ": reusing its conversion ", target.path());
       } else {
@@ -112,13 +115,19 @@ std::string import_hf_for_run(const std::string& hf_dir, const model::Transforme
         log::info(what, ": converting into ", target.path());
         import_hf(hf_dir, expected, target.path());
       }
-    } catch (...) {
+    } catch (const std::exception& e) {
       failed = std::current_exception();
+      try {
+        checkpoint::write_file_atomic(reason_path, e.what());
+      } catch (...) {  // the reason is then only in rank 0's own error
+      }
     }
   }
   if (barrier && world > 1) barrier();
   if (failed) std::rethrow_exception(failed);
   const auto latest = target.latest();
+  ME_CHECK(!files::exists(reason_path), what, ": rank 0 failed to convert the weights: ",
+           checkpoint::read_file(reason_path));
   ME_CHECK(latest, what, ": rank ", rank, " finds no conversion in ", target.path(),
            ": rank 0 failed to convert the weights (its error says why), or checkpoint.dir is not on a file ",
            "system every rank shares");
