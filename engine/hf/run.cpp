@@ -121,6 +121,8 @@ std::string import_hf_for_run(const std::string& hf_dir, const model::Transforme
         checkpoint::write_file_atomic(reason_path, e.what());
       } catch (...) {  // the reason is then only in rank 0's own error
       }
+    } catch (...) {  // whatever it was, rank 0 still reaches the barrier
+      failed = std::current_exception();
     }
   }
   if (barrier && world > 1) barrier();
