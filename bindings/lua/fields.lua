@@ -166,6 +166,7 @@ section("comm", {
   { "heartbeat_s", 1.0, "how often each rank publishes its heartbeat and progress" },
   { "dead_after_s", 60.0, "a rank whose heartbeat is silent this long is dead: the job ends, naming it; 0: off" },
   { "nccl_cta_policy", "default", "default | efficiency | zero: NCCL's thread-block policy for every communicator" },
+  { "cpu_bind", "gpu", "gpu: each GPU rank's threads on the CPUs local to its GPU (within any Slurm binding) | none" },
 }, "recipe.comm: the communicators")
 section("train", {
   { "iters", 100, "optimizer steps to train" },

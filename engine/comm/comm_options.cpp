@@ -14,6 +14,8 @@ void CommOptions::check() const {
            "): a rank is declared dead only after several missed heartbeats");
   ME_CHECK(nccl_cta_policy == "default" || nccl_cta_policy == "efficiency" || nccl_cta_policy == "zero",
            "comm.nccl_cta_policy must be default, efficiency or zero, got '", nccl_cta_policy, "'");
+  ME_CHECK(cpu_bind == "gpu" || cpu_bind == "none",
+           "comm.cpu_bind must be gpu (each rank on its GPU's NUMA-local CPUs) or none, got '", cpu_bind, "'");
 }
 
 }  // namespace me::comm

@@ -20,6 +20,9 @@ struct CommOptions {
   // NCCL_CTA_POLICY), "efficiency" asks for fewer thread blocks per collective, "zero" (2.28) for
   // none where it can (copy-engine all-gathers into buffers from ProcessGroup::empty_symmetric).
   std::string nccl_cta_policy = "default";
+  // Where each GPU rank's threads run: "gpu", the CPUs local to its GPU (launch/cpu_affinity.h),
+  // within what Slurm or taskset already allows; "none", wherever the process was started.
+  std::string cpu_bind = "gpu";
 
   // Not recipe fields: what the maker of a communicator says besides.
   std::string device = "cpu";  // the recipe's device: cuda picks NCCL under "auto"
@@ -38,6 +41,7 @@ void visit_fields(S& c, V&& v) {
   v("heartbeat_s", c.heartbeat_s);
   v("dead_after_s", c.dead_after_s);
   v("nccl_cta_policy", c.nccl_cta_policy);
+  v("cpu_bind", c.cpu_bind);
 }
 
 }  // namespace me::comm

@@ -84,9 +84,11 @@ Communicator::Communicator(launch::LaunchEnv env, CommOptions options) : env_(st
            "': expected gloo, nccl or auto");
   if (backend_ == "nccl") {
     ME_CHECK(cuda, "the nccl backend drives CUDA tensors: set device=cuda (or backend=gloo for CPU)");
-    cuda_device_ = select_cuda_device(env_.local_rank);
+    cuda_device_ = select_cuda_device(env_.local_rank, options_.cpu_bind == "gpu", &cpu_binding_);
   }
   log::set_rank(env_.rank, env_.world);
+  if (!cpu_binding_.empty() && env_.rank == 0 && env_.world > 1) log::info("rank 0's CPUs (comm.cpu_bind = \"", options_.cpu_bind, "\"): ", cpu_binding_);
+  else if (!cpu_binding_.empty()) log::debug("CPUs (comm.cpu_bind = \"", options_.cpu_bind, "\"): ", cpu_binding_);
   if (env_.world == 1)
     store_ = c10::make_intrusive<c10d::HashStore>();
   else

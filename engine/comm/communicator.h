@@ -77,6 +77,7 @@ class Communicator {
   }
   std::string backend_;
   int cuda_device_ = -1;
+  std::string cpu_binding_;  // what comm.cpu_bind did (empty on the CPU)
   std::unique_ptr<launch::StoreServer> server_;  // rank 0 only
   launch::StoreAddress store_address_;
   std::string local_host_ = "127.0.0.1";  // where this rank's Gloo pairs listen (start_store)

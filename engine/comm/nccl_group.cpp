@@ -1,6 +1,7 @@
 #include "engine/comm/nccl_group.h"
 
 #include "engine/launch/bootstrap.h"
+#include "engine/launch/cpu_affinity.h"
 #include "engine/core/error.h"
 #include "engine/core/format.h"
 #include "engine/core/log.h"
@@ -334,11 +335,18 @@ std::string nccl_version() {
   return cat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
 }
 
-int select_cuda_device(int local_rank) {
+int select_cuda_device(int local_rank, bool bind_cpus, std::string* binding) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   const int device = launch::pick_cuda_device(local_rank, count);
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  if (bind_cpus) {
+    char bus[32] = {};
+    const std::string why = cudaDeviceGetPCIBusId(bus, sizeof bus, device) == cudaSuccess
+                                ? launch::bind_to_device_cpus(bus).why
+                                : std::string("not bound: cudaDeviceGetPCIBusId failed");
+    if (binding) *binding = why;
+  }
   return device;
 }
 
@@ -354,7 +362,7 @@ std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int>
 
 bool nccl_available() { return false; }
 std::string nccl_version() { return "not built"; }
-int select_cuda_device(int) { fail("this build of megaengine has no CUDA/NCCL support: use device=cpu"); }
+int select_cuda_device(int, bool, std::string*) { fail("this build of megaengine has no CUDA/NCCL support: use device=cpu"); }
 std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int>, int,
                                               const c10::intrusive_ptr<c10d::Store>&, std::chrono::milliseconds, int,
                                               const std::string&) {

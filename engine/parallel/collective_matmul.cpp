@@ -47,16 +47,30 @@ torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); 
 
 #if ME_PEER_COLLECTIVES
 // ---- collectives on the copy engines (parallel.tp_comm_backend = "copy_engine") --------------
-// Each collective takes the next of the peer buffers' two slots and queues one barrier on the
-// compute stream. Why a slot is free when a rank writes it: a rank writes slot s (its own in an
-// all-gather, a peer's in a reduce-scatter) only after its barrier of the collective before,
-// which no rank passes before every rank has queued it; and each rank queues a barrier only
-// after its compute stream has waited for its reads of the collective before that, the last to
-// use slot s (the pulled copies, or the sums of what was pushed to it).
+// Each collective takes the next of the peer buffers' two slots and queues one barrier: an
+// all-gather's on the signal stream, so that the GEMM of this rank's own rows does not wait for
+// the last rank to arrive (at tp 4 the ranks' hosts drift apart by milliseconds), a
+// reduce-scatter's on the compute stream, whose sums need it. Why a slot is free when a rank
+// writes it: a rank writes slot s (its own in an all-gather, a peer's in a reduce-scatter) only
+// after its barrier of the collective before (the signal stream runs in order, and the compute
+// stream has waited for that barrier, directly or through the pulls after it), which no rank
+// passes before every rank has queued it; and each rank queues a barrier only after its compute
+// stream has waited for its reads of the collective before that, the last to use slot s (the
+// pulled copies, or the sums of what was pushed to it): the signal stream waits for the compute
+// stream at the start of each all-gather.
 
 // One copy stream per peer, so that the pulls from (pushes to) several peers run on several copy
 // engines at once.
 c10::cuda::CUDAStream peer_stream(c10::DeviceIndex device, int k) { return side_stream(device, k); }
+// The all-gathers' barriers, apart from the compute stream (high priority: one small block).
+c10::cuda::CUDAStream signal_stream(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device);
+  if (it == streams.end()) it = streams.emplace(device, c10::cuda::getStreamFromPool(true, device)).first;
+  return it->second;
+}
 
 size_t nbytes(const torch::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
@@ -64,55 +78,78 @@ bool peers_take(const torch::Tensor& t, const TensorParallel& tp, size_t bytes) 
   return tp.peers && t.is_cuda() && bytes <= tp.peers->slot_bytes();
 }
 
+// Events reused from one collective to the next instead of made and destroyed for each (two
+// driver calls saved per event; at tp 4 the step waits for the slowest rank's host). Reuse is
+// safe because every event here is waited for (cudaStreamWaitEvent takes the event as it is at
+// that call) before it is recorded again. Per thread: the forward's and autograd's threads each
+// keep their own. `use`: which of a collective's events (0 .. 2 x kMaxPeers).
+constexpr int kMaxPeers = 32;
+at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
+  thread_local std::map<std::pair<c10::DeviceIndex, int>, at::cuda::CUDAEvent> events;
+  return events[{device, use}];
+}
+enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
+
 // all_gather_rows on the copy engines: this rank's rows into its slot, a barrier, then every
 // peer's rows pulled from its slot into the result (one copy stream per peer) while the GEMM of
-// this rank's own rows runs; each peer's rows multiplied as soon as they have landed.
+// this rank's own rows runs; each peer's rows multiplied as soon as they have landed. The result
+// needs no record_stream: the compute stream waits for every pull before this returns, so the
+// allocator's stream-ordered reuse of its block is safe (and record_stream's events would be
+// polled on every allocation after).
 torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
   auto& peers = *tp.peers;
   const int size = peers.size(), rank = peers.rank();
+  ME_CHECK(size <= kMaxPeers, "copy-engine collectives: at most ", kMaxPeers, " ranks, got ", size);
   const auto device = in.device().index();
   const auto compute = c10::cuda::getCurrentCUDAStream(device);
   const auto local = rows2d(in);
   const int64_t m = local.size(0), first = m * rank;
   const size_t bytes = nbytes(local);
   auto gathered = torch::empty(gathered_tokens_shape(in, size), in.options());
-  const auto all = rows2d(gathered);
+  char* all = static_cast<char*>(gathered.data_ptr());
   const int s = peers.next_slot();
-  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, compute.stream());
-  kernels::PeerBuffers::copy(all.narrow(0, first, m).data_ptr(), local.data_ptr(), bytes, compute.stream());
-  peers.barrier(compute.stream());
-  at::cuda::CUDAEvent published;
-  published.record(compute);
-  std::vector<at::cuda::CUDAEvent> arrived(static_cast<size_t>(size - 1));
+  // This rank's rows into its slot and the barrier on the signal stream; the compute stream
+  // goes on to this rank's own GEMM. `in` outlives the copy: the compute stream waits below for
+  // the pulls, which follow it.
+  const auto signal = signal_stream(device);
+  auto& input_ready = reused_event(device, kInputReady);
+  input_ready.record(compute);
+  input_ready.block(signal);
+  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, signal.stream());
+  peers.barrier(signal.stream());
+  auto& published = reused_event(device, kPublished);
+  published.record(signal);
+  kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, compute.stream());
   for (int k = 1; k < size; ++k) {
     const int from = (rank + k) % size;
     const auto stream = peer_stream(device, k);
     published.block(stream);
-    kernels::PeerBuffers::copy(all.narrow(0, from * m, m).data_ptr(), peers.slot(from, s), bytes, stream.stream());
-    arrived[static_cast<size_t>(k - 1)].record(stream);
-    gathered.record_stream(stream);
+    kernels::PeerBuffers::copy(all + static_cast<size_t>(from) * bytes, peers.slot(from, s), bytes, stream.stream());
+    reused_event(device, kArrived + k).record(stream);
   }
   rows(local, first);
+  const auto all_rows = rows2d(gathered);
   for (int k = 1; k < size; ++k) {  // each peer's rows as soon as they are in
-    arrived[static_cast<size_t>(k - 1)].block(compute);
+    reused_event(device, kArrived + k).block(compute);
     const int64_t from = m * ((rank + k) % size);
-    rows(all.narrow(0, from, m), from);
+    rows(all_rows.narrow(0, from, m), from);
   }
   return gathered;
 }
 
 // Pushes rows [to x n, (to + 1) x n) of this rank's partial sums to rank `to`'s slot s, at this
-// rank's place in it, on a copy stream after what the compute stream has queued.
+// rank's place in it, on a copy stream after what the compute stream has queued. The caller keeps
+// `chunk` alive until finish_peer_reduce_scatter has made the compute stream wait for the push
+// (instead of record_stream, whose events the allocator would poll).
 void push_partial(const torch::Tensor& chunk, int to, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
                   int k) {
   const auto stream = peer_stream(device, k);
-  at::cuda::CUDAEvent ready;
+  auto& ready = reused_event(device, kReady);
   ready.record(c10::cuda::getCurrentCUDAStream(device));
   ready.block(stream);
   const size_t bytes = nbytes(chunk);
   kernels::PeerBuffers::copy(static_cast<char*>(peers.slot(to, s)) + static_cast<size_t>(peers.rank()) * bytes,
                              chunk.data_ptr(), bytes, stream.stream());
-  chunk.record_stream(stream);
 }
 
 // After the pushes: the compute stream waits for them, the barrier (every rank's pushes into this
@@ -120,7 +157,7 @@ void push_partial(const torch::Tensor& chunk, int to, int s, kernels::PeerBuffer
 torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device) {
   const auto compute = c10::cuda::getCurrentCUDAStream(device);
   for (int k = 1; k < peers.size(); ++k) {
-    at::cuda::CUDAEvent pushed;
+    auto& pushed = reused_event(device, kPushed + k);
     pushed.record(peer_stream(device, k));
     pushed.block(compute);
   }
@@ -150,12 +187,15 @@ std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, c
       c10::cuda::CUDAStreamGuard guard(side);
       collective();
     }
-    // The allocator must not hand these blocks out again before both streams are done.
-    for (const auto& t : uses) t.record_stream(side);
+    // The allocator must not hand these blocks out again before both streams are done: `uses`
+    // ride in the returned function, so they are freed (to the compute stream) only after it
+    // made the compute stream wait for the side stream; no record_stream, whose events the
+    // allocator would poll on every allocation. What the side stream allocated is the compute
+    // stream's from now on.
     if (produced && produced->defined()) produced->record_stream(compute);
     auto done = std::make_shared<at::cuda::CUDAEvent>();
     done->record(side);
-    return [done, compute] { done->block(compute); };
+    return [done, compute, keep = uses] { done->block(compute); };
   }
 #endif
   collective();
@@ -262,7 +302,7 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
 #if ME_PEER_COLLECTIVES
   if (tp.peers) {  // the chunk's size is known once the first is computed
     const int s = tp.peers->next_slot();
-    torch::Tensor first_chunk;
+    std::vector<torch::Tensor> pushed;  // alive until the compute stream has waited for the pushes
     for (int step = 1; step < size; ++step) {
       const int to = (rank + step) % size;
       auto mine = partial(to * chunk_rows, chunk_rows).contiguous();
@@ -270,6 +310,7 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
                "parallel.tp_comm_backend = \"copy_engine\": a reduce-scatter of ", nbytes(mine) * size,
                " bytes does not fit the peer buffers' ", tp.peers->slot_bytes(), " (sized from batch.micro x model.seq x model.hidden)");
       push_partial(mine, to, s, *tp.peers, mine.device().index(), step);
+      pushed.push_back(std::move(mine));
     }
     auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
     return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index());
@@ -310,8 +351,11 @@ std::function<torch::Tensor()> start_peer_reduce_scatter(const torch::Tensor& fu
   auto sizes = full.sizes().vec();
   sizes[1] /= peers.size();
   auto own = rows.narrow(0, peers.rank() * m, m).clone();
-  return [own, s, &peers, device, sizes]() mutable {
-    return finish_peer_reduce_scatter(own, s, peers, device).view(sizes);
+  // `rows` rides along: the pushes read it until the compute stream waits for them in finish.
+  return [own, keep = rows, s, &peers, device, sizes]() mutable {
+    auto sum = finish_peer_reduce_scatter(own, s, peers, device).view(sizes);
+    keep = torch::Tensor();
+    return sum;
   };
 #else
   (void)full;
