@@ -84,7 +84,7 @@ Communicator::Communicator(launch::LaunchEnv env, CommOptions options) : env_(st
            "': expected gloo, nccl or auto");
   if (backend_ == "nccl") {
     ME_CHECK(cuda, "the nccl backend drives CUDA tensors: set device=cuda (or backend=gloo for CPU)");
-    cuda_device_ = select_cuda_device(env_.local_rank, options_.cpu_bind == "gpu", &cpu_binding_);
+    cuda_device_ = select_cuda_device(env_.local_rank, env_.local_world, options_.cpu_bind == "gpu", &cpu_binding_);
   }
   log::set_rank(env_.rank, env_.world);
   if (!cpu_binding_.empty() && env_.rank == 0 && env_.world > 1) log::info("rank 0's CPUs (comm.cpu_bind = \"", options_.cpu_bind, "\"): ", cpu_binding_);

@@ -14,6 +14,7 @@
 #include <nccl.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -335,18 +336,35 @@ std::string nccl_version() {
   return cat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
 }
 
-int select_cuda_device(int local_rank, bool bind_cpus, std::string* binding) {
+int select_cuda_device(int local_rank, int local_world, bool bind_cpus, std::string* binding) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   const int device = launch::pick_cuda_device(local_rank, count);
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
-  if (bind_cpus) {
+  if (!bind_cpus) return device;
+  auto bus_id = [](int d) {
     char bus[32] = {};
-    const std::string why = cudaDeviceGetPCIBusId(bus, sizeof bus, device) == cudaSuccess
-                                ? launch::bind_to_device_cpus(bus).why
-                                : std::string("not bound: cudaDeviceGetPCIBusId failed");
-    if (binding) *binding = why;
+    return cudaDeviceGetPCIBusId(bus, sizeof bus, d) == cudaSuccess ? std::string(bus) : std::string();
+  };
+  const std::string mine = bus_id(device);
+  std::string why = "not bound: cudaDeviceGetPCIBusId failed";
+  if (!mine.empty()) {
+    // The local ranks whose GPUs have the same CPUs as ours (each local rank drives GPU
+    // local_rank when it sees several), and our place among them.
+    int share_index = 0, share_count = 1;
+    if (count > 1) {
+      const std::string cpus = launch::device_cpu_list(mine);
+      share_count = 0;
+      for (int r = 0; r < std::min(local_world, count); ++r) {
+        if (launch::device_cpu_list(bus_id(r)) != cpus) continue;
+        if (r == local_rank) share_index = share_count;
+        ++share_count;
+      }
+      share_count = std::max(share_count, 1);
+    }
+    why = launch::bind_to_device_cpus(mine, "/sys", share_index, share_count).why;
   }
+  if (binding) *binding = why;
   return device;
 }
 
@@ -362,7 +380,7 @@ std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int>
 
 bool nccl_available() { return false; }
 std::string nccl_version() { return "not built"; }
-int select_cuda_device(int, bool, std::string*) { fail("this build of megaengine has no CUDA/NCCL support: use device=cpu"); }
+int select_cuda_device(int, int, bool, std::string*) { fail("this build of megaengine has no CUDA/NCCL support: use device=cpu"); }
 std::unique_ptr<ProcessGroup> make_nccl_group(std::string name, std::vector<int>, int,
                                               const c10::intrusive_ptr<c10d::Store>&, std::chrono::milliseconds, int,
                                               const std::string&) {

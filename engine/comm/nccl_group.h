@@ -19,9 +19,10 @@ bool nccl_available();
 std::string nccl_version();
 
 // Selects and sets this process's GPU from its local rank (see pick_cuda_device); with
-// bind_cpus, moves the process's threads to the CPUs local to that GPU (launch/cpu_affinity.h)
-// and sets *binding to what was done.
-int select_cuda_device(int local_rank, bool bind_cpus = false, std::string* binding = nullptr);
+// bind_cpus, moves the process's threads to the CPUs local to that GPU (launch/cpu_affinity.h),
+// its slice of them when other local ranks' GPUs (of local_world) have the same, and sets
+// *binding to what was done.
+int select_cuda_device(int local_rank, int local_world = 1, bool bind_cpus = false, std::string* binding = nullptr);
 
 // One NCCL communicator per group, made from a fresh unique id that the group's first rank
 // publishes through the store. Every member must call this with the same name. `cta_policy`:

@@ -7,6 +7,10 @@
 // - fp8 (precision = "fp8"): E4M3/E5M2 operands with per-tensor scales, the output in bf16 or
 //   added into an fp32 main gradient (beta = 1: at::_scaled_mm has no accumulating form, and a
 //   separate add would read and write the fp32 gradient once more per micro-batch).
+// - plain bf16 GEMMs of the linear layers (gemm_bf16): the same cuBLAS kernels as LibTorch's
+//   mm/addmm, without their host cost: each shape's descriptors and algorithm are made once and
+//   kept, where LibTorch's calls spend 30-50 us of CPU each (bench/RESULTS.md, twentieth
+//   session), and at tp 4 the step waits for the slowest rank's host.
 //
 // Row-major tensors are column-major transposes, so a row-major C = A B is computed as the
 // column-major C^T = B^T A^T: the operands swap places and the dimensions read backwards.
@@ -15,6 +19,7 @@
 
 #include <array>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -32,7 +37,8 @@ void check(cublasStatus_t s, const char* what) {
 }
 
 // One column-major GEMM D[m, n] (+)= op(A) op(B) with an epilogue; A stored [m, k] (op N) or
-// [k, m] (op T), B stored [k, n], fp32 accumulation. bf16 unless the types say otherwise.
+// [k, m] (op T), B stored [k, n] (op N) or [n, k] (op T), fp32 accumulation. bf16 unless the
+// types say otherwise.
 struct Gemm {
   bool transpose_a;
   int64_t m, n, k;
@@ -50,6 +56,7 @@ struct Gemm {
   const float* b_scale = nullptr;
   bool accumulate = false;  // D += op(A) op(B) (beta = 1)
   bool fast_accum = false;  // fp8: Hopper's faster, less precise accumulation
+  bool transpose_b = false;
 };
 
 // The largest power of two up to 256 dividing the address: cuBLASLt's kernels depend on it.
@@ -59,7 +66,7 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-using Key = std::array<int64_t, 20>;
+using Key = std::array<int64_t, 21>;
 
 // Multiprocessors this thread's GEMMs target (0: all), see set_gemm_sm_count_target.
 thread_local int sm_count_target = 0;
@@ -68,7 +75,6 @@ struct Context {
   cublasLtHandle_t handle = nullptr;
   std::mutex mutex;
   std::map<std::pair<int, cudaStream_t>, void*> workspaces;  // per device and stream: never shared by two streams
-  std::map<Key, std::pair<bool, cublasLtMatmulAlgo_t>> algos;  // the heuristic's first choice (or none) per shape
 };
 
 // Made once and never destroyed: tearing it down at exit could run after the CUDA runtime's own.
@@ -81,13 +87,17 @@ Context& context() {
   return *c;
 }
 
-// RAII for the descriptors of one call.
-struct Descriptors {
+// The descriptors of one shape, with the heuristic's first algorithm for it (or none), made on
+// its first call and kept: later calls only set the pointers that change.
+struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -100,28 +110,51 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T
   check(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), "descriptor attribute");
 }
 
+// A new plan for g's shape (the key): descriptors, then the heuristic's first choice.
+std::unique_ptr<Plan> make_plan(const Gemm& g, cublasLtHandle_t handle, const std::array<uint32_t, 3>& align) {
+  auto plan = std::make_unique<Plan>();
+  check(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor creation");
+  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, ta);
+  set(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, tb);
+  set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
+  // The pointers are set on every call; these make the heuristic see what the calls will have.
+  if (g.bias) set(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (sm_count_target > 0) set(plan->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{sm_count_target});
+  if (g.aux) {
+    set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd);
+  }
+  if (g.a_scale) set(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
+  if (g.b_scale) set(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
+  if (g.fast_accum) set(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{1});
+  check(cublasLtMatrixLayoutCreate(&plan->a, g.a_type, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
+        "layout A");
+  check(cublasLtMatrixLayoutCreate(&plan->b, g.b_type, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb),
+        "layout B");
+  check(cublasLtMatrixLayoutCreate(&plan->d, g.d_type, g.m, g.n, g.ldd), "layout D");
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference creation");
+  const uint64_t bytes = kWorkspaceBytes;
+  cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+                                                          sizeof(bytes));
+  for (auto [attr, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}})
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  plan->found = s == CUBLAS_STATUS_SUCCESS && found > 0;
+  plan->algo = result.algo;
+  return plan;
+}
+
 bool run(const Gemm& g, cudaStream_t stream) {
   Context& ctx = context();
-  Descriptors desc;
-  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor creation");
-  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, ta);
-  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb);
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
-  if (g.bias) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
-  if (sm_count_target > 0) set(desc.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t{sm_count_target});
-  if (g.aux) {
-    set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
-    set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd);
-  }
-  if (g.a_scale) set(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
-  if (g.b_scale) set(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
-  if (g.fast_accum) set(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{1});
-  check(cublasLtMatrixLayoutCreate(&desc.a, g.a_type, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
-        "layout A");
-  check(cublasLtMatrixLayoutCreate(&desc.b, g.b_type, g.k, g.n, g.ldb), "layout B");
-  check(cublasLtMatrixLayoutCreate(&desc.d, g.d_type, g.m, g.n, g.ldd), "layout D");
-
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) throw std::runtime_error("cuBLASLt GEMM: no current CUDA device");
   const uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_d = alignment(g.d),
@@ -129,8 +162,12 @@ bool run(const Gemm& g, cudaStream_t stream) {
   const Key key{device,         g.transpose_a,   g.m,       g.n,           g.k,         g.lda,
                 g.ldb,          g.ldd,           int64_t(g.epilogue), g.bias != nullptr, align_a, align_b,
                 align_d,        align_x,         sm_count_target,     int64_t(g.a_type), int64_t(g.b_type),
-                int64_t(g.d_type), g.accumulate, g.fast_accum};
-  std::pair<bool, cublasLtMatmulAlgo_t> algo{};
+                int64_t(g.d_type), g.accumulate, g.fast_accum,        g.transpose_b};
+  // Per thread (the forward's and autograd's): a plan's descriptor is written on every call.
+  thread_local std::map<Key, std::unique_ptr<Plan>> plans;
+  auto& plan = plans[key];
+  if (!plan) plan = make_plan(g, ctx.handle, {align_a, align_b, align_d});
+  if (!plan->found) return false;  // no kernel for this epilogue and shape: the caller composes
   void* workspace = nullptr;
   {
     std::lock_guard<std::mutex> lock(ctx.mutex);
@@ -140,31 +177,14 @@ bool run(const Gemm& g, cudaStream_t stream) {
       throw std::runtime_error("cuBLASLt GEMM: cannot allocate its 32 MiB workspace");
     }
     workspace = ws;
-    auto it = ctx.algos.find(key);
-    if (it == ctx.algos.end()) {
-      check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference creation");
-      const uint64_t bytes = kWorkspaceBytes;
-      check(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
-                                                 sizeof(bytes)),
-            "preference");
-      for (auto [attr, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
-                                 std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
-                                 std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
-                                 std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}})
-        check(cublasLtMatmulPreferenceSetAttribute(desc.pref, attr, &value, sizeof(value)), "preference");
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc.op, desc.a, desc.b, desc.d, desc.d,
-                                                              desc.pref, 1, &result, &found);
-      const bool ok = s == CUBLAS_STATUS_SUCCESS && found > 0;
-      it = ctx.algos.emplace(key, std::pair{ok, result.algo}).first;
-    }
-    algo = it->second;
   }
-  if (!algo.first) return false;  // no kernel for this epilogue and shape: the caller composes
+  if (g.bias) set(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.aux) set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+  if (g.a_scale) set(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
+  if (g.b_scale) set(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
   const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
-  check(cublasLtMatmul(ctx.handle, desc.op, &alpha, g.a, desc.a, g.b, desc.b, &beta, g.d, desc.d, g.d, desc.d,
-                       &algo.second, workspace, kWorkspaceBytes, stream),
+  check(cublasLtMatmul(ctx.handle, plan->op, &alpha, g.a, plan->a, g.b, plan->b, &beta, g.d, plan->d, g.d, plan->d,
+                       &plan->algo, workspace, kWorkspaceBytes, stream),
         "matmul");
   return true;
 }
@@ -198,6 +218,20 @@ bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad
   // grad_pre^T = w^T grad_out^T, A = w^T (stored [in, out_f]), B = grad_out^T (stored [out_f, rows]).
   const Gemm g{false, in_features, rows, out_features, w, in_features, grad_out, out_features, grad_pre, in_features,
                CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<void*>(pre)};
+  return run(g, static_cast<cudaStream_t>(stream));
+}
+
+bool gemm_bf16(const MatrixArg& a, const MatrixArg& b, const void* bias, DType d_type, void* d, int64_t ldd,
+               int64_t rows, int64_t cols, int64_t k, bool accumulate, void* stream) {
+  if (rows <= 0 || cols <= 0 || k <= 0 || (bias && d_type != DType::bf16)) return false;
+  // Row-major d[rows, cols] = A[rows, k] B[k, cols] is column-major d^T = B^T A^T: cuBLASLt's A
+  // is our B (row-major [k, cols] is column-major [cols, k], op N; stored transposed, op T),
+  // its B is our A (row-major [rows, k] is column-major [k, rows], op N).
+  Gemm g{b.transposed, cols, rows, k, b.data, b.ld, a.data, a.ld, d, ldd,
+         bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr};
+  g.transpose_b = a.transposed;
+  g.d_type = d_type == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+  g.accumulate = accumulate;
   return run(g, static_cast<cudaStream_t>(stream));
 }
 

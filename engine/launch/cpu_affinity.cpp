@@ -83,16 +83,26 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
   return out;
 }
 
-CpuBinding bind_to_device_cpus(const std::string& pci_bus_id, const std::string& sysfs) {
+std::string device_cpu_list(const std::string& pci_bus_id, const std::string& sysfs) {
+  std::string id = pci_bus_id;
+  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::ifstream f(sysfs + "/bus/pci/devices/" + id + "/local_cpulist");
+  std::string text;
+  if (!f || !std::getline(f, text)) return "";
+  return text;
+}
+
+CpuBinding bind_to_device_cpus(const std::string& pci_bus_id, const std::string& sysfs, int share_index,
+                               int share_count) {
+  ME_CHECK(share_count >= 1 && share_index >= 0 && share_index < share_count, "bind_to_device_cpus: share ",
+           share_index, " of ", share_count);
   CpuBinding b;
   b.cpus = allowed_cpus();
   std::string id = pci_bus_id;
   std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
-  const std::string path = sysfs + "/bus/pci/devices/" + id + "/local_cpulist";
-  std::ifstream f(path);
-  std::string text;
-  if (!f || !std::getline(f, text)) {
-    b.why = cat("not bound: ", path, " is unreadable");
+  const std::string text = device_cpu_list(id, sysfs);
+  if (text.empty()) {
+    b.why = cat("not bound: ", sysfs, "/bus/pci/devices/", id, "/local_cpulist is unreadable");
     return b;
   }
   const auto local = parse_cpu_list(text);
@@ -102,6 +112,12 @@ CpuBinding bind_to_device_cpus(const std::string& pci_bus_id, const std::string&
     b.why = cat("not bound: none of the CPUs this process may use (", format_cpu_list(b.cpus), ") is local to GPU ", id,
                 " (", format_cpu_list(local), ")");
     return b;
+  }
+  std::string share;
+  if (const size_t slice = both.size() / static_cast<size_t>(share_count); share_count > 1 && slice >= 1) {
+    const auto first = both.begin() + static_cast<std::ptrdiff_t>(slice * static_cast<size_t>(share_index));
+    share = cat(" (slice ", share_index + 1, " of ", share_count, " of ", format_cpu_list(both), ", one per rank on them)");
+    both = std::vector<int>(first, first + static_cast<std::ptrdiff_t>(slice));
   }
   if (both.size() == b.cpus.size()) {
     b.why = cat("already on GPU ", id, "'s CPUs ", format_cpu_list(b.cpus));
@@ -117,7 +133,7 @@ CpuBinding bind_to_device_cpus(const std::string& pci_bus_id, const std::string&
   }
   b.bound = true;
   b.cpus = both;
-  b.why = cat("bound to GPU ", id, "'s CPUs ", format_cpu_list(both));
+  b.why = cat("bound to GPU ", id, "'s CPUs ", format_cpu_list(both), share);
   return b;
 }
 

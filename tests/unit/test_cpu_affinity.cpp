@@ -133,5 +133,22 @@ TEST_CASE("a process is bound to its device's CPUs, never widened, and every thr
       CHECK(before_seen == b.cpus);
       CHECK(after_seen == b.cpus);
     }
+    SECTION("ranks whose GPUs have the same CPUs each take their own slice") {
+      fake_device(root, id, format_cpu_list(original));
+      const auto b = bind_to_device_cpus(id, root.path, 1, 2);  // the second of two ranks
+      const auto mine = affinity_of(0);
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : original) CPU_SET(c, &set);
+      restore_all_threads(set);
+      const size_t half = original.size() / 2;
+      const std::vector<int> second(original.begin() + static_cast<std::ptrdiff_t>(half),
+                                    original.begin() + static_cast<std::ptrdiff_t>(2 * half));
+      CHECK(b.bound);
+      CHECK(b.cpus == second);
+      CHECK(mine == second);
+      CHECK_THAT(b.why, Catch::Contains("slice 2 of 2"));
+      CHECK_THROWS_WITH(bind_to_device_cpus(id, root.path, 2, 2), Catch::Contains("share 2 of 2"));
+    }
   }
 }
