@@ -5,6 +5,8 @@
 # base / current ROUNDS times per model so that drifting clocks hit both alike.
 #   bash bench/speed/before_after.sh BASE_SRC OUT_DIR [MODEL ...]   (after source .debs/device-env.sh)
 # Prints each row's tokens/s and the current/base ratio of the mean per model.
+# ME_BENCH_BASE_BUILD / ME_BENCH_CUR_BUILD: build directories already built from the two trees
+# (e.g. by an earlier script of the same device call) to use as they are.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 base=$(cd "$1" && pwd) out=$2
@@ -19,8 +21,11 @@ build() {  # build SRC DIR JOBS
     cmake --build "$2" --target megaengine -j "$3" > "$out/$(basename "$2").build.log" 2>&1
 }
 t0=$SECONDS
-build "$base" /tmp/b_base 8 & pb=$!
-build "$repo" /tmp/b_cur 8 & pc=$!
+b_base=${ME_BENCH_BASE_BUILD:-/tmp/b_base} b_cur=${ME_BENCH_CUR_BUILD:-/tmp/b_cur}
+if [ -n "${ME_BENCH_BASE_BUILD:-}" ]; then true & else build "$base" "$b_base" 8 & fi
+pb=$!
+if [ -n "${ME_BENCH_CUR_BUILD:-}" ]; then true & else build "$repo" "$b_cur" 8 & fi
+pc=$!
 wait $pb || { echo "base build failed"; tail -20 "$out/b_base.build.log"; exit 1; }
 wait $pc || { echo "current build failed"; grep -A5 error "$out/b_cur.build.log" | head -30; exit 1; }
 echo "both built in $((SECONDS - t0)) s"
@@ -32,7 +37,7 @@ for m in $models; do
       src=$repo; [ $side = base ] && src=$base
       log=$out/$m.$side.$r.log
       ME_BENCH_MODEL=$m ME_BENCH_PEAK=$peak ME_BENCH_JSON=$out/$side.jsonl \
-        "/tmp/b_$side/megaengine" "$src/bench/speed/megaengine_row.lua" > "$log" 2>&1 || { echo "$m $side failed:"; tail -5 "$log"; }
+        "$(eval echo "\$b_$side")/megaengine" "$src/bench/speed/megaengine_row.lua" > "$log" 2>&1 || { echo "$m $side failed:"; tail -5 "$log"; }
       echo "$m $side round $r: $(grep -a "iteration .*/" "$log" | tail -1 | grep -o 'tokens/s: [0-9]*')"
     done
   done

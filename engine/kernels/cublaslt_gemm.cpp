@@ -7,10 +7,9 @@
 // - fp8 (precision = "fp8"): E4M3/E5M2 operands with per-tensor scales, the output in bf16 or
 //   added into an fp32 main gradient (beta = 1: at::_scaled_mm has no accumulating form, and a
 //   separate add would read and write the fp32 gradient once more per micro-batch).
-// - plain bf16 GEMMs of the linear layers (gemm_bf16): the same cuBLAS kernels as LibTorch's
-//   mm/addmm, without their host cost: each shape's descriptors and algorithm are made once and
-//   kept, where LibTorch's calls spend 30-50 us of CPU each (bench/RESULTS.md, twentieth
-//   session), and at tp 4 the step waits for the slowest rank's host.
+// Each shape's descriptors and algorithm are made on its first call and kept (per thread), so a
+// call costs the host one cublasLtMatmul and the pointer attributes (at tp 4 the step waits for
+// the slowest rank's host: bench/RESULTS.md, nineteenth and twentieth sessions).
 //
 // Row-major tensors are column-major transposes, so a row-major C = A B is computed as the
 // column-major C^T = B^T A^T: the operands swap places and the dimensions read backwards.
@@ -37,8 +36,7 @@ void check(cublasStatus_t s, const char* what) {
 }
 
 // One column-major GEMM D[m, n] (+)= op(A) op(B) with an epilogue; A stored [m, k] (op N) or
-// [k, m] (op T), B stored [k, n] (op N) or [n, k] (op T), fp32 accumulation. bf16 unless the
-// types say otherwise.
+// [k, m] (op T), B stored [k, n], fp32 accumulation. bf16 unless the types say otherwise.
 struct Gemm {
   bool transpose_a;
   int64_t m, n, k;
@@ -56,7 +54,6 @@ struct Gemm {
   const float* b_scale = nullptr;
   bool accumulate = false;  // D += op(A) op(B) (beta = 1)
   bool fast_accum = false;  // fp8: Hopper's faster, less precise accumulation
-  bool transpose_b = false;
 };
 
 // The largest power of two up to 256 dividing the address: cuBLASLt's kernels depend on it.
@@ -66,7 +63,7 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-using Key = std::array<int64_t, 21>;
+using Key = std::array<int64_t, 20>;
 
 // Multiprocessors this thread's GEMMs target (0: all), see set_gemm_sm_count_target.
 thread_local int sm_count_target = 0;
@@ -114,7 +111,7 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T
 std::unique_ptr<Plan> make_plan(const Gemm& g, cublasLtHandle_t handle, const std::array<uint32_t, 3>& align) {
   auto plan = std::make_unique<Plan>();
   check(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor creation");
-  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, ta);
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, tb);
   set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
@@ -130,8 +127,7 @@ std::unique_ptr<Plan> make_plan(const Gemm& g, cublasLtHandle_t handle, const st
   if (g.fast_accum) set(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{1});
   check(cublasLtMatrixLayoutCreate(&plan->a, g.a_type, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
         "layout A");
-  check(cublasLtMatrixLayoutCreate(&plan->b, g.b_type, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb),
-        "layout B");
+  check(cublasLtMatrixLayoutCreate(&plan->b, g.b_type, g.k, g.n, g.ldb), "layout B");
   check(cublasLtMatrixLayoutCreate(&plan->d, g.d_type, g.m, g.n, g.ldd), "layout D");
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference creation");
@@ -162,7 +158,7 @@ bool run(const Gemm& g, cudaStream_t stream) {
   const Key key{device,         g.transpose_a,   g.m,       g.n,           g.k,         g.lda,
                 g.ldb,          g.ldd,           int64_t(g.epilogue), g.bias != nullptr, align_a, align_b,
                 align_d,        align_x,         sm_count_target,     int64_t(g.a_type), int64_t(g.b_type),
-                int64_t(g.d_type), g.accumulate, g.fast_accum,        g.transpose_b};
+                int64_t(g.d_type), g.accumulate, g.fast_accum};
   // Per thread (the forward's and autograd's): a plan's descriptor is written on every call.
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
   auto& plan = plans[key];
@@ -218,20 +214,6 @@ bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad
   // grad_pre^T = w^T grad_out^T, A = w^T (stored [in, out_f]), B = grad_out^T (stored [out_f, rows]).
   const Gemm g{false, in_features, rows, out_features, w, in_features, grad_out, out_features, grad_pre, in_features,
                CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<void*>(pre)};
-  return run(g, static_cast<cudaStream_t>(stream));
-}
-
-bool gemm_bf16(const MatrixArg& a, const MatrixArg& b, const void* bias, DType d_type, void* d, int64_t ldd,
-               int64_t rows, int64_t cols, int64_t k, bool accumulate, void* stream) {
-  if (rows <= 0 || cols <= 0 || k <= 0 || (bias && d_type != DType::bf16)) return false;
-  // Row-major d[rows, cols] = A[rows, k] B[k, cols] is column-major d^T = B^T A^T: cuBLASLt's A
-  // is our B (row-major [k, cols] is column-major [cols, k], op N; stored transposed, op T),
-  // its B is our A (row-major [rows, k] is column-major [k, rows], op N).
-  Gemm g{b.transposed, cols, rows, k, b.data, b.ld, a.data, a.ld, d, ldd,
-         bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr};
-  g.transpose_b = a.transposed;
-  g.d_type = d_type == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
-  g.accumulate = accumulate;
   return run(g, static_cast<cudaStream_t>(stream));
 }
 

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <sstream>
 
 #include "engine/core/build_config.h"
@@ -19,9 +18,8 @@ namespace me::kernels {
 
 namespace {
 
-const char* const kOpNames[] = {"swiglu",   "rotary",   "cross_entropy", "adamw",
-                                "linear_bias", "add_norm", "gemm_gelu",  "gemm"};
-constexpr int kOps = 8;
+const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw", "linear_bias", "add_norm", "gemm_gelu"};
+constexpr int kOps = 7;
 
 // ME_KERNELS, read once: which kernels may run.
 const std::vector<bool>& enabled_ops() {
@@ -39,7 +37,7 @@ const std::vector<bool>& enabled_ops() {
         if (name == kOpNames[i]) v[static_cast<size_t>(i)] = known = true;
       ME_CHECK(known, "ME_KERNELS: unknown kernel '", name,
                "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias, ",
-               "add_norm, gemm_gelu, gemm");
+               "add_norm, gemm_gelu");
     }
     return v;
   }();
@@ -291,35 +289,6 @@ Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torc
   return a;
 }
 
-namespace {
-// A 2-D operand as gemm_bf16 takes it: row-major, or a transposed view of a row-major matrix.
-std::optional<MatrixArg> matrix_arg(const torch::Tensor& t) {
-  const int64_t r = t.size(0), c = t.size(1);
-  if (t.stride(1) == 1 && (r == 1 || t.stride(0) >= c)) return MatrixArg{t.data_ptr(), r == 1 ? c : t.stride(0), false};
-  if (t.stride(0) == 1 && (c == 1 || t.stride(1) >= r)) return MatrixArg{t.data_ptr(), c == 1 ? r : t.stride(1), true};
-  return std::nullopt;
-}
-}  // namespace
-
-bool gemm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias,
-               bool accumulate) {
-  const auto bf16 = torch::kBFloat16;
-  if (!use(Op::gemm, out) || a.dim() != 2 || b.dim() != 2 || out.dim() != 2 || a.scalar_type() != bf16 ||
-      b.scalar_type() != bf16 || a.device() != out.device() || b.device() != out.device())
-    return false;
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (m == 0 || n == 0 || k == 0 || b.size(0) != k || out.size(0) != m || out.size(1) != n || out.stride(1) != 1 ||
-      (m > 1 && out.stride(0) < n))
-    return false;
-  if (bias.defined() && (out.scalar_type() != bf16 || bias.scalar_type() != bf16 || bias.dim() != 1 ||
-                         bias.size(0) != n || !bias.is_contiguous() || bias.device() != out.device()))
-    return false;
-  const auto A = matrix_arg(a), B = matrix_arg(b);
-  if (!A || !B) return false;
-  return gemm_bf16(*A, *B, bias.defined() ? bias.data_ptr() : nullptr, dtype_of(out), out.data_ptr(),
-                   m == 1 ? n : out.stride(0), m, n, k, accumulate, current_stream());
-}
-
 torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,
                            const torch::Tensor& into) {
   const auto dy = grad_out.reshape({-1, w.size(0)}).contiguous();
@@ -441,9 +410,6 @@ Activated linear_gelu(const torch::Tensor&, const torch::Tensor&, const torch::T
 }
 torch::Tensor matmul_dgelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
   not_compiled("matmul_dgelu");
-}
-bool gemm_into(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) {
-  return false;
 }
 MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }
 torch::Tensor MultiTensorAdamW::grad_sum_squares() { not_compiled("MultiTensorAdamW"); }

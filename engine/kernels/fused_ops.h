@@ -3,7 +3,7 @@
 // composition for the other case: CPU tensors, builds without nvcc (the CPU machines), dtypes
 // the kernels do not take, or the kernel switched off with ME_KERNELS (for A/B timing):
 //   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw,
-//   linear_bias, add_norm, gemm_gelu, gemm
+//   linear_bias, add_norm, gemm_gelu
 #pragma once
 #include <torch/torch.h>
 
@@ -13,10 +13,9 @@
 namespace me::kernels {
 
 // rotary: the QKV split, with RoPE where the model has it. linear_bias and gemm_gelu are not
-// kernels of ours but cuBLASLt GEMM epilogues (a linear layer's bias; GPT's GeLU), and gemm the
-// linear layers' plain GEMMs through kept cuBLASLt plans (gemm_into), switched like the others
-// for A/B timing.
-enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm, gemm_gelu, gemm };
+// kernels of ours but cuBLASLt GEMM epilogues (a linear layer's bias; GPT's GeLU), switched like
+// the others for A/B timing.
+enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm, gemm_gelu };
 
 // The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
 bool compiled();
@@ -70,16 +69,6 @@ Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torc
                       const Activated& into = {});
 torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,
                            const torch::Tensor& into = {});
-
-// The linear layers' plain GEMMs through cuBLASLt plans made once per shape (kernels.h
-// gemm_bf16), without LibTorch's 30-50 us of CPU per mm/addmm: out = a b (+ bias), or
-// out += a b with accumulate. a [m, k], b [k, n] bf16 on the GPU, each row-major or a transposed
-// view of a row-major matrix (w.t(), dy.t()); out [m, n] bf16 or fp32 with unit column stride
-// (a row slice of a larger result is fine); bias [n] bf16, bf16 out only. No autograd: for the
-// linear layers' own functions. False where it does not apply (Op::gemm off, other dtypes or
-// strides, no cuBLASLt kernel): the caller runs LibTorch's.
-bool gemm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bias = {},
-               bool accumulate = false);
 
 // Cross entropy pieces over a vocabulary shard of logits [rows, vocab] (see kernels.h).
 struct RowStats {

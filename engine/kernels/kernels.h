@@ -96,20 +96,6 @@ bool gemm_bias_gelu(const void* x, const void* w, const void* bias, void* pre, v
 bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad_pre, int64_t rows,
                 int64_t out_features, int64_t in_features, void* stream);
 
-// --- plain bf16 GEMMs through kept cuBLASLt plans (cublaslt_gemm.cpp) ---------------------------
-// Row-major d[rows, cols] (+)= A[rows, k] B[k, cols] (+ bias[cols], bf16 output only), fp32
-// accumulation, d in bf16 or fp32 with leading dimension ldd. An operand is row-major with
-// leading dimension ld, or `transposed`: stored as its transpose (row-major [k, rows] for A,
-// [cols, k] for B). Each shape's descriptors and algorithm are made on its first call and kept
-// (per thread). False where cuBLASLt has no kernel for it (the caller uses LibTorch's).
-struct MatrixArg {
-  const void* data;
-  int64_t ld;
-  bool transposed;
-};
-bool gemm_bf16(const MatrixArg& a, const MatrixArg& b, const void* bias, DType d_type, void* d, int64_t ldd,
-               int64_t rows, int64_t cols, int64_t k, bool accumulate, void* stream);
-
 // --- fp8 casts for Hopper's fp8 GEMMs (fp8_cast.cu) -------------------------------------------
 // E4M3 (max 448; weights and activations) and E5M2 (max 57344; gradients), as cuda_fp8.h's
 // __nv_fp8_e4m3 / __nv_fp8_e5m2 with saturation to the largest finite value (NaN stays NaN).

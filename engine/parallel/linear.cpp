@@ -82,7 +82,7 @@ std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor
   bool accumulate = false;
   if (auto main = sink ? sink->main_grad(w, &accumulate) : torch::Tensor(); main.defined()) {
     if (q) kernels::fp8_gemm_nt_into(main, q->dy_t, q->x_t, accumulate);
-    else if (!kernels::gemm_into(main, dy.t(), x, {}, accumulate)) compat::matmul_into(main, dy.t(), x, accumulate);
+    else compat::matmul_into(main, dy.t(), x, accumulate);
     sink->mark_written(w);
   } else {
     dw = q ? kernels::fp8_gemm_nt(q->dy_t, q->x_t, w.scalar_type()) : dy.t().mm(x);
@@ -93,8 +93,7 @@ std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor
       // The column sums as ones^T dy, written (or added) by cuBLAS in the main grad's dtype: one
       // read of dy, measured 15% faster than LibTorch's dim-0 sum on the H100, and no separate add.
       auto row = main.view({1, -1});
-      const auto ones = torch::ones({1, dy.size(0)}, dy.options());
-      if (!kernels::gemm_into(row, ones, dy, {}, accumulate)) compat::matmul_into(row, ones, dy, accumulate);
+      compat::matmul_into(row, torch::ones({1, dy.size(0)}, dy.options()), dy, accumulate);
     } else {
       auto sum = dy.sum(0, /*keepdim=*/false, main.scalar_type());
       accumulate ? main.add_(sum) : main.copy_(sum);
@@ -141,10 +140,7 @@ void linear_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::T
                  torch::Tensor act) {
   if (act.defined() && kernels::gemm_gelu_fits(x2, w) && kernels::linear_gelu(x2, w, b, {pre, act}).pre.defined())
     return;
-  const bool bias_in_gemm = b.defined() && (!x2.is_cuda() || kernels::use(kernels::Op::linear_bias, x2));
-  if (kernels::gemm_into(pre, x2, w.t(), bias_in_gemm ? b : torch::Tensor())) {
-    if (b.defined() && !bias_in_gemm) pre.add_(b);
-  } else if (bias_in_gemm) {
+  if (b.defined() && (!x2.is_cuda() || kernels::use(kernels::Op::linear_bias, x2))) {
     at::addmm_out(pre, b, x2, w.t());  // the bias in the GEMM's epilogue, as linear_bias
   } else {
     at::mm_out(pre, x2, w.t());
@@ -175,25 +171,9 @@ torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const Tenso
   return reduce_scatter_rows(rows / tp.size(), tp, f).view(sizes);
 }
 
-// x w^T + b without autograd (inside the linear functions, or under no_grad): through
-// kernels::gemm_into where it applies, else linear_bias.
-torch::Tensor linear_no_grad(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  if (x.is_cuda() && x.is_contiguous() && kernels::use(kernels::Op::gemm, x)) {
-    auto sizes = x.sizes().vec();
-    sizes.back() = w.size(0);
-    auto y = torch::empty(sizes, x.options());
-    const bool bias_in_gemm = b.defined() && kernels::use(kernels::Op::linear_bias, x);
-    if (kernels::gemm_into(y.view({-1, w.size(0)}), x.view({-1, x.size(-1)}), w.t(), bias_in_gemm ? b : torch::Tensor())) {
-      if (b.defined() && !bias_in_gemm) y.add_(b);
-      return y;
-    }
-  }
-  return linear_bias(x, w, b);
-}
-
 // The product of rows of x2 and w (+ b): reduce_scattered's f in the training dtype.
 RowsProduct rows_times(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b) {
-  return [x2, w, b](int64_t first, int64_t n) { return linear_no_grad(x2.narrow(0, first, n), w, b); };
+  return [x2, w, b](int64_t first, int64_t n) { return linear_bias(x2.narrow(0, first, n), w, b); };
 }
 
 // The gradient of reduce_scattered's input from this rank's tokens' output gradient dy: dy
@@ -280,7 +260,7 @@ LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, co
   f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
   if (const auto* out_tp = comm.row_tp()) f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, rows_times(rows_of(f.x), w, b));
   else if (gelu) f.y = gelu_epilogue(f.x, w, b);
-  else f.y.pre = linear_no_grad(f.x, w, b);
+  else f.y.pre = linear_bias(f.x, w, b);
   return f;
 }
 
@@ -364,12 +344,11 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       const auto dx2 = rows_in(dx);
       dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
         auto into = dx2.narrow(0, first, rows.size(0));
-        if (!kernels::gemm_into(into, rows, w)) at::mm_out(into, rows, w);
+        at::mm_out(into, rows, w);
       }));
     } else {
       dy = rows_of(grads[0]);
-      dx = torch::empty(x.sizes(), dy.options());
-      if (!kernels::gemm_into(rows_in(dx), dy, w)) dx = dy.mm(w).view(x.sizes());
+      dx = dy.mm(w).view(x.sizes());
     }
     std::function<void()> join = [] {};
     const auto* tp = comm.column_tp();
@@ -389,7 +368,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
 torch::Tensor gelu_linear_forward(const torch::Tensor& act, const torch::Tensor& w, const torch::Tensor& b,
                                   const LinearComm& comm) {
   if (const auto* out_tp = comm.row_tp()) return reduce_scattered(act, w.size(0), *out_tp, rows_times(rows_of(act), w, b));
-  return linear_no_grad(act, w, b);
+  return linear_bias(act, w, b);
 }
 
 // y = act w^T + b where act = gelu(pre) came from LinearMainGrad's epilogue: backward forms

@@ -53,10 +53,9 @@ me::model::TransformerConfig tiny_llama() {
 
 TEST_CASE("fused kernels never take CPU tensors: the LibTorch compositions run there", "[kernels]") {
   for (auto op : {kernels::Op::swiglu, kernels::Op::rotary, kernels::Op::cross_entropy, kernels::Op::adamw,
-                  kernels::Op::add_norm, kernels::Op::gemm_gelu, kernels::Op::gemm})
+                  kernels::Op::add_norm, kernels::Op::gemm_gelu})
     CHECK_FALSE(kernels::use(op, torch::ones({4})));
   CHECK_FALSE(kernels::use(kernels::Op::swiglu, torch::Tensor()));
-  CHECK_FALSE(kernels::gemm_into(torch::zeros({2, 2}), torch::ones({2, 2}), torch::ones({2, 2})));
   CHECK_FALSE(kernels::describe().empty());
 }
 
@@ -266,46 +265,6 @@ TEST_CASE("GeLU in the GEMM epilogues = linear, tanh GeLU, linear: output and ev
       CHECK(rel(fc2->bias.grad(), b2.grad()) < tol(bf16));
     }
   }
-}
-
-TEST_CASE("plain GEMMs through kept cuBLASLt plans = LibTorch's mm, in the linear layers' forms", "[kernels][gpu]") {
-  if (!have_gpu()) return;
-  const auto bf16 = torch::kBFloat16;
-  torch::manual_seed(5);
-  auto x = torch::randn({96, 64}, kGpu).to(bf16), w = torch::randn({40, 64}, kGpu).to(bf16);
-  auto b = torch::randn({40}, kGpu).to(bf16), dy = torch::randn({96, 40}, kGpu).to(bf16);
-  auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
-  REQUIRE(kernels::use(kernels::Op::gemm, x));
-  for (int round = 0; round < 2; ++round) {  // the second call of each shape runs its kept plan
-    INFO("round " << round);
-    // forward: rows 32..63 of y = x w^T + b, into a row slice of a larger output
-    auto y = torch::zeros({96, 40}, kGpu).to(bf16);
-    auto slice = y.narrow(0, 32, 32);
-    REQUIRE(kernels::gemm_into(slice, x.narrow(0, 32, 32), w.t(), b));
-    CHECK(rel(slice, f32(x.narrow(0, 32, 32)).mm(f32(w).t()) + f32(b)) < tol(bf16));
-    CHECK(y.narrow(0, 0, 32).abs().max().item<float>() == 0.f);  // nothing written outside it
-    // input gradient: dx = dy w
-    auto dx = torch::empty({96, 64}, kGpu).to(bf16);
-    REQUIRE(kernels::gemm_into(dx, dy, w));
-    CHECK(rel(dx, f32(dy).mm(f32(w))) < tol(bf16));
-    // weight gradient into an fp32 main grad, written then added: dw (+)= dy^T x
-    auto main = torch::empty({40, 64}, kGpu);
-    REQUIRE(kernels::gemm_into(main, dy.t(), x, {}, false));
-    REQUIRE(kernels::gemm_into(main, dy.t(), x, {}, true));
-    CHECK(rel(main, 2 * f32(dy).t().mm(f32(x))) < 1e-3);
-    // bias gradient as ones^T dy into a [1, n] row, fp32
-    auto row = torch::zeros({40}, kGpu).view({1, -1});
-    REQUIRE(kernels::gemm_into(row, torch::ones({1, 96}, kGpu).to(bf16), dy, {}, true));
-    CHECK(rel(row.view({-1}), f32(dy).sum(0)) < 1e-3);
-  }
-  // what it does not take: fp32 operands, a bias with an fp32 output, strides of neither form
-  auto out = torch::empty({96, 40}, kGpu);
-  CHECK_FALSE(kernels::gemm_into(out, f32(x), f32(w).t()));
-  CHECK_FALSE(kernels::gemm_into(out, x, w.t(), b));
-  auto strided = torch::randn({64, 80}, kGpu).to(bf16).narrow(1, 0, 40).t().t();  // [64, 40], row stride 80: fine
-  CHECK(kernels::gemm_into(out, x, strided));
-  auto every_other = torch::randn({64, 80}, kGpu).to(bf16).slice(1, 0, 80, 2);  // column stride 2
-  CHECK_FALSE(kernels::gemm_into(out, x, every_other));
 }
 
 namespace {
