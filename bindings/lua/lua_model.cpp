@@ -66,7 +66,7 @@ int build_model(lua_State* L) {
 
 LuaModel& check_model(lua_State* L, int arg) { return check_object<LuaModel>(L, arg, kModelMeta, "model"); }
 
-int m_tostring(lua_State* L) {
+int model_tostring(lua_State* L) {
   lua_pushstring(L, model::describe_model(*check_model(L, 1).module).c_str());
   return 1;
 }
@@ -130,7 +130,7 @@ void open_model(lua_State* L, int core) {
                                      {"gradients_full", wrapped<m_params<true, true>>},
                                      {"zero_grad", wrapped<m_zero_grad>}, {"finalize_grads", wrapped<m_finalize_grads>},
                                      {"to", wrapped<m_to>}, {nullptr, nullptr}};
-  static const luaL_Reg metamethods[] = {{"__tostring", wrapped<m_tostring>}, {"__call", wrapped<m_forward>}, {nullptr, nullptr}};
+  static const luaL_Reg metamethods[] = {{"__tostring", wrapped<model_tostring>}, {"__call", wrapped<m_forward>}, {nullptr, nullptr}};
   define_class<LuaModel>(L, kModelMeta, methods, metamethods);
   static const luaL_Reg fns[] = {{"model_check", wrapped<model_check>}, {"model_parameters", wrapped<model_parameters>},
                                  {"build_model", wrapped<build_model>}, {nullptr, nullptr}};

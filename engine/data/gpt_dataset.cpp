@@ -23,7 +23,7 @@ constexpr uint64_t kCacheVersion = 1;  // the file's layout
 // never reused: 1 = our own std::mt19937_64 shuffles; 2 = Megatron's (numpy's RandomState).
 constexpr uint64_t kOrderVersion = 2;
 constexpr char kCacheMagic[8] = {'M', 'E', 'G', 'P', 'T', 'I', 'D', 'X'};
-constexpr size_t kHeaderBytes = 56;  // magic + 6 x uint64
+constexpr size_t kCacheHeaderBytes = 56;  // magic + 6 x uint64
 
 size_t pad8(size_t n) { return (n + 7) & ~size_t{7}; }
 
@@ -280,7 +280,7 @@ void GPTDataset::load(const std::string& desc) {
   detail::MappedFile f(path);
   const uint8_t* p = f.data();
   const size_t size = f.size();
-  ME_CHECK(size >= kHeaderBytes && std::memcmp(p, kCacheMagic, 8) == 0, "GPT index cache '", path,
+  ME_CHECK(size >= kCacheHeaderBytes && std::memcmp(p, kCacheMagic, 8) == 0, "GPT index cache '", path,
            "' is not a megaengine index cache");
   uint64_t h[6];
   std::memcpy(h, p + 8, sizeof h);
@@ -289,12 +289,12 @@ void GPTDataset::load(const std::string& desc) {
   const uint64_t desc_len = h[1], docs = h[2], samples = h[3];
   // Bound the counts before multiplying so a corrupt header cannot overflow the size check.
   ME_CHECK(desc_len < size && docs < size && samples < size, "GPT index cache '", path, "' is damaged");
-  const size_t doc_at = kHeaderBytes + pad8(desc_len);
+  const size_t doc_at = kCacheHeaderBytes + pad8(desc_len);
   const size_t sample_at = doc_at + pad8(docs * 4);
   const size_t shuffle_at = sample_at + (samples + 1) * 16;
   ME_CHECK(shuffle_at + samples * 8 == size, "GPT index cache '", path, "' has ", size,
            " bytes, its header implies ", shuffle_at + samples * 8, ": truncated or damaged");
-  ME_CHECK(std::string(reinterpret_cast<const char*>(p + kHeaderBytes), desc_len) == desc,
+  ME_CHECK(std::string(reinterpret_cast<const char*>(p + kCacheHeaderBytes), desc_len) == desc,
            "GPT index cache '", path, "' describes other data (a hash collision or a changed dataset)");
   const auto* doc = reinterpret_cast<const int32_t*>(p + doc_at);
   const auto* sample = reinterpret_cast<const int64_t*>(p + sample_at);
