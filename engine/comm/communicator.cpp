@@ -17,9 +17,6 @@
 namespace me::comm {
 namespace {
 
-std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string to_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
-
 std::string this_host() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
@@ -179,7 +176,7 @@ std::shared_ptr<ProcessGroup> Communicator::new_group(const std::string& name, c
 std::vector<std::string> Communicator::all_gather_object(const std::string& mine) {
   const int64_t round = ++object_round_;
   const std::string prefix = cat("me/obj/", round, "/");
-  store_->set(prefix + std::to_string(env_.rank), to_bytes(mine));
+  store_->set(prefix + std::to_string(env_.rank), store_bytes(mine));
   // The first round is the rendezvous at the start: there, say who is missing while waiting.
   if (round == 1) wait_for_ranks(*store_, prefix, env_, rendezvous_timeout());
   std::vector<std::string> out(static_cast<size_t>(env_.world));
@@ -191,7 +188,7 @@ std::vector<std::string> Communicator::all_gather_object(const std::string& mine
       fail("rank ", env_.rank, ": rank ", r, " did not publish '", key, "' within ",
            human::seconds(options_.rendezvous_timeout_s), " (it has not started, or died)");
     }
-    out[static_cast<size_t>(r)] = to_text(store_->get(key));
+    out[static_cast<size_t>(r)] = store_text(store_->get(key));
   }
   return out;
 }

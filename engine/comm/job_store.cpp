@@ -1,13 +1,6 @@
 #include "engine/comm/job_store.h"
 
 namespace me::comm {
-namespace {
-
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-
-}  // namespace
-
 JobStore::JobStore(const launch::StoreAddress& address, std::chrono::milliseconds timeout,
                    std::chrono::milliseconds connect_timeout)
     : c10d::Store(timeout), client_(address, connect_timeout.count() > 0 ? connect_timeout : timeout) {}
@@ -30,19 +23,19 @@ void JobStore::missing(const std::vector<std::string>& keys, std::chrono::millis
 }
 
 void JobStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  request(launch::store::Op::set, {key, text(value)});
+  request(launch::store::Op::set, {key, store_text(value)});
 }
 
 std::vector<uint8_t> JobStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                           const std::vector<uint8_t>& desired) {
-  return bytes(request(launch::store::Op::compare_set, {key, text(expected), text(desired)}).fields.at(0));
+  return store_bytes(request(launch::store::Op::compare_set, {key, store_text(expected), store_text(desired)}).fields.at(0));
 }
 
 std::vector<uint8_t> JobStore::get(const std::string& key) {
   // A key deleted between the wait and the get (no user of ours does that) is waited for again.
   while (true) {
     wait({key}, timeout_);
-    if (auto value = client_.get(key, timeout_)) return bytes(*value);
+    if (auto value = client_.get(key, timeout_)) return store_bytes(*value);
   }
 }
 
@@ -62,7 +55,7 @@ void JobStore::wait(const std::vector<std::string>& keys, const std::chrono::mil
 
 #if ME_C10D_STORE_HAS_EXTENDED_API
 void JobStore::append(const std::string& key, const std::vector<uint8_t>& value) {
-  request(launch::store::Op::append, {key, text(value)});
+  request(launch::store::Op::append, {key, store_text(value)});
 }
 
 std::vector<std::vector<uint8_t>> JobStore::multiGet(const std::vector<std::string>& keys) {
@@ -71,7 +64,7 @@ std::vector<std::vector<uint8_t>> JobStore::multiGet(const std::vector<std::stri
   ME_CHECK(reply.code == static_cast<uint8_t>(launch::store::Reply::ok) && reply.fields.size() == keys.size(),
            "rendezvous store: multiGet of ", keys.size(), " keys: a key was deleted while it was read");
   std::vector<std::vector<uint8_t>> out;
-  for (const auto& v : reply.fields) out.push_back(bytes(v));
+  for (const auto& v : reply.fields) out.push_back(store_bytes(v));
   return out;
 }
 
@@ -81,7 +74,7 @@ void JobStore::multiSet(const std::vector<std::string>& keys, const std::vector<
   std::vector<std::string> fields;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     fields.push_back(keys[i]);
-    fields.push_back(text(values[i]));
+    fields.push_back(store_text(values[i]));
   }
   request(launch::store::Op::multi_set, std::move(fields));
 }

@@ -14,6 +14,10 @@
 
 namespace me::comm {
 
+// A store value as text and back (c10d stores bytes).
+inline std::vector<uint8_t> store_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+inline std::string store_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
 class JobStore : public c10d::Store {
  public:
   // Connects within connect_timeout (0: `timeout`); `timeout` is how long get() and wait() wait

@@ -49,6 +49,12 @@ int set_all_threads(const cpu_set_t& set) {
   return failures;
 }
 
+// sysfs names PCI devices in lower case; CUDA's bus ids are upper case.
+std::string lower_case(std::string id) {
+  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+  return id;
+}
+
 }  // namespace
 
 std::vector<int> parse_cpu_list(const std::string& text) {
@@ -84,9 +90,7 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
 }
 
 std::string device_cpu_list(const std::string& pci_bus_id, const std::string& sysfs) {
-  std::string id = pci_bus_id;
-  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
-  std::ifstream f(sysfs + "/bus/pci/devices/" + id + "/local_cpulist");
+  std::ifstream f(sysfs + "/bus/pci/devices/" + lower_case(pci_bus_id) + "/local_cpulist");
   std::string text;
   if (!f || !std::getline(f, text)) return "";
   return text;
@@ -98,8 +102,7 @@ CpuBinding bind_to_device_cpus(const std::string& pci_bus_id, const std::string&
            share_index, " of ", share_count);
   CpuBinding b;
   b.cpus = allowed_cpus();
-  std::string id = pci_bus_id;
-  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string id = lower_case(pci_bus_id);
   const std::string text = device_cpu_list(id, sysfs);
   if (text.empty()) {
     b.why = cat("not bound: ", sysfs, "/bus/pci/devices/", id, "/local_cpulist is unreadable");

@@ -29,15 +29,16 @@ namespace me::parallel {
 
 namespace {
 #if ME_TORCH_HAS_CUDA
-// Side streams kept per GPU, by use: `index` 0 for the NCCL collectives (high priority), k >= 1
-// for the copies to or from the k-th peer of the copy-engine collectives.
+// Side streams kept per GPU, by use: `index` 0 for the NCCL collectives and -1 for the
+// copy-engine barriers (both high priority), k >= 1 for the copies to or from the k-th peer of
+// the copy-engine collectives.
 c10::cuda::CUDAStream side_stream(c10::DeviceIndex device, int index) {
   static std::mutex mutex;
   static std::map<std::pair<c10::DeviceIndex, int>, c10::cuda::CUDAStream> streams;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = streams.find({device, index});
   if (it == streams.end())
-    it = streams.emplace(std::make_pair(device, index), c10::cuda::getStreamFromPool(index == 0, device)).first;
+    it = streams.emplace(std::make_pair(device, index), c10::cuda::getStreamFromPool(index <= 0, device)).first;
   return it->second;
 }
 c10::cuda::CUDAStream tp_stream(c10::DeviceIndex device) { return side_stream(device, 0); }
@@ -63,14 +64,7 @@ torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); 
 // engines at once.
 c10::cuda::CUDAStream peer_stream(c10::DeviceIndex device, int k) { return side_stream(device, k); }
 // The all-gathers' barriers, apart from the compute stream (high priority: one small block).
-c10::cuda::CUDAStream signal_stream(c10::DeviceIndex device) {
-  static std::mutex mutex;
-  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams.find(device);
-  if (it == streams.end()) it = streams.emplace(device, c10::cuda::getStreamFromPool(true, device)).first;
-  return it->second;
-}
+c10::cuda::CUDAStream signal_stream(c10::DeviceIndex device) { return side_stream(device, -1); }
 
 size_t nbytes(const torch::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
