@@ -18,7 +18,10 @@
 #   the default; "eager compile"; "" for none); ME_BENCH_REF_NPROC: its GPU counts ("1 N", the
 #   default, N being every GPU; "1" for one GPU only); ME_BENCH_SKIP_DISTOPT=1 skips the plain
 #   distributed-optimizer row; ME_BENCH_DEADLINE_S: seconds after the start past which the
-#   remaining rows are skipped (so a device call's time limit still leaves a table).
+#   remaining rows are skipped (so a device call's time limit still leaves a table);
+#   ME_BENCH_ROWS: more rows, "NPROC:overrides;..." (e.g. "4:parallel.tp=2 parallel.pp=2"), each
+#   run where the machine has NPROC GPUs; a row whose log has a step profile (train.profile_at)
+#   also prints its exposed communication.
 # Each row prints its wall time (process start-up, model initialisation and warm-up included).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,6 +52,7 @@ row() {  # model nproc overrides
       timeout 400 "$build/megaengine" --nproc "$n" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
   fi || { echo "$m on $n GPUs ($o) failed:"; tail -4 "$log"; }
   echo "[$((SECONDS - t0)) s] $(grep -a "iteration .*/" "$log" | tail -1 | cut -c1-150)"
+  grep -a "(exposed)" "$log" | tail -1 | sed "s/^ */  profiled: /"
 }
 reference() {  # model nproc mode
   local m=$1 n=$2 mode=$3 log=$out/$1.$2.ref_$3.log
@@ -89,6 +93,13 @@ for m in $models; do
   # A second tp=2 row with other settings (e.g. parallel.tp_symmetric_mb=4096).
   [ "$ngpu" -ge 2 ] && [ -n "${ME_BENCH_TP_EXTRA:-}" ] &&
     (export ME_BENCH_LABEL="$ME_BENCH_TP_EXTRA"; row "$m" 2 "parallel.tp=2 parallel.sequence_parallel=true $ME_BENCH_TP_EXTRA")
+  if [ -n "${ME_BENCH_ROWS:-}" ]; then
+    IFS=';' read -ra more <<< "$ME_BENCH_ROWS"
+    for r in "${more[@]}"; do
+      n=${r%%:*}
+      [ "$n" -le "$ngpu" ] && row "$m" "$n" "${r#*:}"
+    done
+  fi
   if [ "$ngpu" -ge 2 ] && [ "${ME_BENCH_SKIP_PP:-0}" != 1 ]; then
     micro=${ME_BENCH_MICRO:-4}
     # The stages balanced by FLOPs: the last one also holds the output layer, so the first takes
@@ -103,8 +114,14 @@ for m in $models; do
 done
 python3 "$repo/bench/speed/table.py" "$rows" | tee "$out/table.md"
 python3 - "$rows" <<'PY'
-import json, sys
+import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"engine"' in l]
+def pipeline_bubble(r):  # 1F1B's idle share per stage: (pp - 1) / (micro-batches + pp - 1)
+    pp = re.search(r"pp=(\d+)", r["layout"])
+    if not pp or not r.get("accum"):
+        return ""
+    p, m = int(pp.group(1)), int(r["accum"])
+    return f"; 1F1B bubble {100 * (p - 1) / (m + p - 1):.1f}% of a step ({m} micro-batches, before deferred wgrads fill it)"
 for r in rows:
     one = [x for x in rows if x["model"] == r["model"] and x["engine"] == r["engine"] and x["layout"] == "1 GPU"
            and x.get("tokens_per_s")]
@@ -112,5 +129,6 @@ for r in rows:
         continue
     n = int(r["layout"].split()[0])
     print(f'{r["model"]} {r["engine"]} {r["layout"]}: {r["tokens_per_s"] / n:,.0f} tokens/s per GPU = '
-          f'{100 * r["tokens_per_s"] / n / one[0]["tokens_per_s"]:.1f}% of one GPU ({one[0]["tokens_per_s"]:,.0f})')
+          f'{100 * r["tokens_per_s"] / n / one[0]["tokens_per_s"]:.1f}% of one GPU ({one[0]["tokens_per_s"]:,.0f})'
+          + pipeline_bubble(r))
 PY

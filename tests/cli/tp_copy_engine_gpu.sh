@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On 2 GPUs (skipped without them, exit 77): tensor parallelism 2 with sequence parallelism,
+# On 2 GPUs (skipped without them, exit 77; with 4 also tp 4, below): tensor parallelism 2 with sequence parallelism,
 # its overlapped all-gathers and reduce-scatters on the copy engines (parallel.tp_comm_backend =
 # "copy_engine", kernels/peer_buffers.h) against NCCL's: the same run in fp32 follows the same
 # loss curve (every logged loss within 1e-4 relative: the sums are taken in another order) and
@@ -33,4 +33,18 @@ paste "$tmp/nccl.loss" "$tmp/copy_engine.loss" | awk '
   { echo "FAILED: the copy-engine run does not follow NCCL's"; paste "$tmp/nccl.loss" "$tmp/copy_engine.loss"; exit 1; }
 grep -h "tokens/s" "$tmp/nccl.log" | tail -1 | sed 's/^/nccl:        /'
 grep -h "tokens/s" "$tmp/copy_engine.log" | tail -1 | sed 's/^/copy_engine: /'
+# With 4 GPUs also tp 4, where each rank pulls from and pushes to three peers at once on three
+# copy streams: it follows NCCL's losses too.
+if [ "$gpus" -ge 4 ]; then
+  for backend in nccl copy_engine; do
+    timeout 300 "$bin" --nproc 4 "$repo/recipes/gpt_tiny.lua" "${common[@]}" parallel.tp=4 \
+      parallel.tp_comm_backend=$backend > "$tmp/tp4_$backend.log" 2>&1 ||
+      { echo "FAILED: the tp 4 $backend run: exit $?"; tail -20 "$tmp/tp4_$backend.log"; exit 1; }
+    grep -o "lm loss: [0-9.E+-]*" "$tmp/tp4_$backend.log" | awk '{ print $3 }' > "$tmp/tp4_$backend.loss"
+  done
+  paste "$tmp/tp4_nccl.loss" "$tmp/tp4_copy_engine.loss" | awk '
+    { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
+    END { printf "tp 4: %d losses compared, worst relative difference %.2e\n", n, worst; exit !(n >= 6 && worst < 1e-4) }' ||
+    { echo "FAILED: the copy engines do not follow NCCL's losses at tp 4"; paste "$tmp/tp4_nccl.loss" "$tmp/tp4_copy_engine.loss"; exit 1; }
+fi
 echo "tp_copy_engine_gpu: passed"
