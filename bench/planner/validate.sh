@@ -6,7 +6,8 @@
 #   source .debs/device-env.sh && bash bench/planner/validate.sh OUT_DIR [PROFILE.json]
 # PROFILE.json: a calibrated profile (megaengine --nproc 4 plan --calibrate F); default h100-80gb.
 # Environment: ME_BENCH_BUILD (/tmp/b), ME_BENCH_STEPS (6), ME_BENCH_WARMUP (3),
-# ME_BENCH_DEADLINE_S (540). OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
+# ME_BENCH_DEADLINE_S (540), ME_PLANNER_ROWS (the configurations' numbers to run, e.g. "3 5 8";
+# default all). OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=$1
@@ -47,6 +48,7 @@ i=0
 for c in "${configs[@]}"; do
   IFS='|' read -r model planned micro overrides <<< "$c"
   i=$((i + 1))
+  [ -z "${ME_PLANNER_ROWS:-}" ] || [[ " $ME_PLANNER_ROWS " == *" $i "* ]] || continue
   log=$out/logs/$i-$model.log
   dry=$(ME_PLAN_MODEL=$planned "$build/megaengine" --dry-run "$repo/bench/planner/recorded.lua" --world 4 "${where[@]}" \
           batch.micro="$micro" $overrides 2>&1)

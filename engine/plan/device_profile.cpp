@@ -28,11 +28,22 @@ double Curve::at(double x) const {
   return points.back().second;
 }
 
-double DeviceProfile::tp_exposed_at(int tp) const {
-  if (tp <= 1 || tp_exposed.empty()) return 0;
+namespace {
+double by_tp(const std::map<int, double>& values, int tp) {  // interpolated in log(tp)
   Curve c;
-  for (const auto& [size, v] : tp_exposed) c.points.emplace_back(size, v);
+  for (const auto& [size, v] : values) c.points.emplace_back(size, v);
   return c.at(tp);
+}
+}  // namespace
+
+double DeviceProfile::tp_exposed_at(int tp, bool sequence_parallel) const {
+  if (tp <= 1 || tp_exposed.empty()) return 0;
+  return by_tp(!sequence_parallel && !tp_exposed_no_sp.empty() ? tp_exposed_no_sp : tp_exposed, tp);
+}
+
+double DeviceProfile::host_layer_ms_at(int tp, bool sequence_parallel) const {
+  if (tp > 1 && !sequence_parallel && !host_layer_ms_no_sp.empty()) return by_tp(host_layer_ms_no_sp, tp);
+  return host_layer_ms.empty() ? 0 : by_tp(host_layer_ms, tp);
 }
 
 namespace {
@@ -85,6 +96,31 @@ struct Reader {
   }
 };
 
+// An object of tp size -> number, such as {"2": 1.2, "4": 2.2}; `min_tp` the smallest key allowed.
+std::map<int, double> by_tp_sizes(const json& j, const std::string& what, const std::string& key, int min_tp,
+                                  bool positive) {
+  std::map<int, double> out;
+  ME_CHECK(j.is_object() && !j.empty(), what, ": '", key, "' must be an object such as {\"", min_tp, "\": 1.2, \"4\": 2.2}, got ",
+           j.dump());
+  for (const auto& [k, v] : j.items()) {
+    int size = 0;
+    try {
+      size = std::stoi(k);
+    } catch (const std::exception&) {
+    }
+    ME_CHECK(size >= min_tp && v.is_number() && (positive ? v.get<double>() > 0 : v.get<double>() >= 0), what, ": '", key,
+             "' maps a tp size >= ", min_tp, " to a number ", positive ? "> 0" : ">= 0", ", got \"", k, "\": ", v.dump());
+    out[size] = v.get<double>();
+  }
+  return out;
+}
+
+json by_tp_json(const std::map<int, double>& values) {
+  json out = json::object();
+  for (const auto& [size, v] : values) out[std::to_string(size)] = v;
+  return out;
+}
+
 json curve_json(const Curve& c) {
   json a = json::array();
   for (const auto& [x, y] : c.points) a.push_back({x, y});
@@ -124,18 +160,19 @@ DeviceProfile parse_profile(const std::string& json_text, const std::string& wha
   p.memory_gbps = r.positive(j, "", "memory_gbps");
   p.intra_node = r.link(j, "intra_node");
   p.inter_node = r.link(j, "inter_node");
-  const auto& tp = r.member(j, "", "tp_exposed");
-  ME_CHECK(tp.is_object() && !tp.empty(), what, ": 'tp_exposed' must be an object such as {\"2\": 1.2, \"4\": 2.2}");
-  for (const auto& [k, v] : tp.items()) {
-    int size = 0;
-    try {
-      size = std::stoi(k);
-    } catch (const std::exception&) {
-    }
-    ME_CHECK(size >= 2 && v.is_number() && v.get<double>() >= 0, what, ": 'tp_exposed' maps a tp size >= 2 to a number >= 0, got \"",
-             k, "\": ", v.dump());
-    p.tp_exposed[size] = v.get<double>();
+  p.tp_exposed = by_tp_sizes(r.member(j, "", "tp_exposed"), what, "tp_exposed", 2, false);
+  // Optional: profiles from before these were measured plan without them.
+  if (j.contains("tp_exposed_no_sp"))
+    p.tp_exposed_no_sp = by_tp_sizes(j.at("tp_exposed_no_sp"), what, "tp_exposed_no_sp", 2, false);
+  if (j.contains("compute_in_step")) {
+    const auto& v = j.at("compute_in_step");
+    ME_CHECK(v.is_number() && v.get<double>() >= 0.5 && v.get<double>() <= 2, what,
+             ": 'compute_in_step' must be a number between 0.5 and 2 (in-step over isolated kernel time), got ", v.dump());
+    p.compute_in_step = v.get<double>();
   }
+  if (j.contains("host_layer_ms")) p.host_layer_ms = by_tp_sizes(j.at("host_layer_ms"), what, "host_layer_ms", 1, true);
+  if (j.contains("host_layer_ms_no_sp"))
+    p.host_layer_ms_no_sp = by_tp_sizes(j.at("host_layer_ms_no_sp"), what, "host_layer_ms_no_sp", 2, true);
   const auto& dp = r.member(j, "", "dp_exposed");
   ME_CHECK(dp.is_number() && dp.get<double>() >= 0 && dp.get<double>() <= 2, what,
            ": 'dp_exposed' must be a number between 0 and 2, got ", dp.dump());
@@ -153,9 +190,7 @@ DeviceProfile load_profile_file(const std::string& path) {
 }
 
 std::string profile_to_json(const DeviceProfile& p) {
-  json tp = json::object();
-  for (const auto& [size, v] : p.tp_exposed) tp[std::to_string(size)] = v;
-  const json j = {{"name", p.name},
+  json j = {{"name", p.name},
                   {"gpu", p.gpu},
                   {"source", p.source},
                   {"memory_gb", p.memory_bytes / 1e9},
@@ -166,8 +201,12 @@ std::string profile_to_json(const DeviceProfile& p) {
                   {"memory_gbps", p.memory_gbps},
                   {"intra_node", link_json(p.intra_node)},
                   {"inter_node", link_json(p.inter_node)},
-                  {"tp_exposed", tp},
+                  {"tp_exposed", by_tp_json(p.tp_exposed)},
                   {"dp_exposed", p.dp_exposed}};
+  if (!p.tp_exposed_no_sp.empty()) j["tp_exposed_no_sp"] = by_tp_json(p.tp_exposed_no_sp);
+  if (p.compute_in_step != 1) j["compute_in_step"] = p.compute_in_step;
+  if (!p.host_layer_ms.empty()) j["host_layer_ms"] = by_tp_json(p.host_layer_ms);
+  if (!p.host_layer_ms_no_sp.empty()) j["host_layer_ms_no_sp"] = by_tp_json(p.host_layer_ms_no_sp);
   return j.dump(2) + "\n";
 }
 

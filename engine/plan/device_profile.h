@@ -38,11 +38,27 @@ struct DeviceProfile {
   // Exposed tensor-parallel communication as a multiple of the collectives' standalone time, by
   // tp size (measured from whole steps: overlap hides part, contention with the GEMMs adds).
   std::map<int, double> tp_exposed;
+  // The same for the all-reduces without sequence parallelism (NCCL's, not overlapped like the
+  // copy engines' gathers); empty: tp_exposed.
+  std::map<int, double> tp_exposed_no_sp;
+  // Compute inside a training step over the isolated GEMM, attention and elementwise rates above
+  // (a step's kernels run slower than the same kernels timed alone), fitted from whole steps at
+  // tp 1 (bench/planner/fit_step_terms.py); 1 where the rates already are in-step ones.
+  double compute_in_step = 1;
   // Fraction of the data-parallel gradient reduction (and the distributed optimizer's parameter
   // gather) that backward does not hide, measured the same way.
   double dp_exposed = 0;
 
-  double tp_exposed_at(int tp) const;  // interpolated in log(tp) between the measured sizes
+  // Host time to issue one layer's forward and backward for one micro-batch (LibTorch's dispatch,
+  // kernel launches, the overlapped collectives' copies and events), ms, by tp size: with
+  // sequence parallelism at tp > 1 (host_layer_ms, which also holds tp 1) and without
+  // (host_layer_ms_no_sp). Measured on a width whose GPU work is negligible
+  // (bench/planner/calibrate_host.sh). Empty: no host term (the step is taken as GPU-bound).
+  std::map<int, double> host_layer_ms, host_layer_ms_no_sp;
+
+  // interpolated in log(tp) between the measured sizes; tp_exposed_no_sp's where it has any
+  double tp_exposed_at(int tp, bool sequence_parallel = true) const;
+  double host_layer_ms_at(int tp, bool sequence_parallel) const;  // 0 without measurements
 };
 
 // Reads a profile; a clear error (me::Error) naming `what` (the file) and the field that is

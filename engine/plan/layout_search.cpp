@@ -164,7 +164,7 @@ std::string plan_report(const PlanRequest& r, const PlanResult& result, int top,
     const std::pair<const char*, double> diffs[] = {
         {"GEMM time", n.gemm - a.gemm},           {"attention time", n.attention - a.attention},
         {"other kernels' time", n.other - a.other}, {"exposed TP communication", n.tp_comm - a.tp_comm},
-        {"pipeline bubble", n.bubble - a.bubble},   {"pipeline sends", n.pp_comm - a.pp_comm},
+        {"host-bound time", n.host - a.host},      {"pipeline bubble", n.bubble - a.bubble},   {"pipeline sends", n.pp_comm - a.pp_comm},
         {"exposed DP communication", n.dp_comm - a.dp_comm}, {"optimizer step", n.optimizer - a.optimizer}};
     const auto* most = &diffs[0];
     for (const auto& d : diffs)

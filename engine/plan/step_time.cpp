@@ -27,6 +27,9 @@ constexpr double kAttentionBackward = 2.5;
 // 12.05 ms for 1.1B parameters at 2,738 GB/s); SGD with momentum 18. The gradient norm reads
 // each gradient once more.
 constexpr double kAdamBytes = 30, kSgdBytes = 18;
+// Of a layer's host work (calls issued), the forward's share: backward issues about twice as many
+// (input and weight gradients); full recomputation issues the forward again.
+constexpr double kForwardHostShare = 1.0 / 3.0;
 
 double ms(double seconds) { return seconds * 1e3; }
 
@@ -106,18 +109,44 @@ LayerTime layer_time(const MemoryPlan& plan, const DeviceProfile& p, const LinkP
   // Tensor parallelism: forward and backward each gather and scatter twice (sequence
   // parallelism) or all-reduce twice, over the whole [tokens x hidden] activation.
   const double tp_fwd = 2 * tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp);
-  t.tp = 2 * tp_fwd * p.tp_exposed_at(tp);
+  t.tp = 2 * tp_fwd * p.tp_exposed_at(tp, plan.sequence_parallel);
   // Recomputation runs (part of) the forward again inside backward.
   if (c.recompute == "full") {
     const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, c.recompute_every));
     t.gemm += share * forward;
     t.attention += share * attention_fwd;
     t.other += share * other * kForwardShare;
-    t.tp += share * tp_fwd * p.tp_exposed_at(tp);
+    t.tp += share * tp_fwd * p.tp_exposed_at(tp, plan.sequence_parallel);
   } else if (c.recompute == "selective") {
     t.attention += attention_fwd;
   }
+  // Kernels inside a step run slower than timed alone (profile.compute_in_step).
+  t.gemm *= p.compute_in_step, t.wgrad *= p.compute_in_step;
+  t.attention *= p.compute_in_step, t.other *= p.compute_in_step;
   return t;
+}
+
+// The gradient reduction over dp (what backward does not hide) and the optimizer step, for this
+// GPU's parameters: the busiest stage's share on one tp rank.
+void add_update_terms(const MemoryPlan& plan, const DeviceProfile& p, StepTime& st) {
+  const int tp = plan.tp, pp = plan.pp, dp = plan.dp();
+  const auto split = plan.stage_split();
+  const model::PipelineStage stage{st.busiest_stage, pp, split.first, split.second};
+  const double params = static_cast<double>(stage_parameters(plan.model, tp, stage, true));
+  const double grad_bytes = plan.grad_reduce_dtype == "bf16" ? 2 : 4;
+  const double dtype = plan.precision == "fp32" ? 4 : 2;
+  if (dp > 1) {
+    const auto& link = st.dp_crosses_nodes ? p.inter_node : p.intra_node;
+    const double grads = params * grad_bytes;
+    const double traffic = plan.distributed_optimizer
+                               ? collective_ms(link, Collective::reduce_scatter, grads, dp) +
+                                     collective_ms(link, Collective::all_gather, params * dtype, dp)
+                               : collective_ms(link, Collective::all_reduce, grads, dp);
+    st.dp_comm = traffic * p.dp_exposed;
+  }
+  const double updated = plan.distributed_optimizer ? params / dp : params;
+  st.optimizer = ms((updated * (plan.optimizer == "sgd" ? kSgdBytes : kAdamBytes) + params * grad_bytes) /
+                    (p.memory_gbps * 1e9));
 }
 
 }  // namespace
@@ -143,52 +172,47 @@ StepTime estimate_step_time(const MemoryPlan& plan, const DeviceProfile& p, int 
   const model::PipelineStage shape{0, pp, split.first, split.second};
   const auto layers = shape.stage_layers(c.layers);
   const double V = static_cast<double>(c.padded_vocab(tp));
-  const double output_gemm = gemm_ms(p, T, V / tp, h) + gemm_ms(p, T, h, V / tp) + gemm_ms(p, V / tp, h, T);
-  const double loss_other = ms(T * (V / tp) * dtype * 4 / (p.memory_gbps * 1e9));  // logits, softmax, in-place gradient
-  const double output_tp = tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp) * p.tp_exposed_at(tp);
-  const double embedding_other = ms(T * h * dtype * 3 / (p.memory_gbps * 1e9));
-  double busiest = -1;
+  const double k = p.compute_in_step;
+  const double output_gemm = k * (gemm_ms(p, T, V / tp, h) + gemm_ms(p, T, h, V / tp) + gemm_ms(p, V / tp, h, T));
+  const double loss_other = k * ms(T * (V / tp) * dtype * 4 / (p.memory_gbps * 1e9));  // logits, softmax, in-place gradient
+  const double output_tp = tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp) * p.tp_exposed_at(tp, plan.sequence_parallel);
+  const double embedding_other = k * ms(T * h * dtype * 3 / (p.memory_gbps * 1e9));
+  // The host's time to issue one layer for one micro-batch; a stage's slot is the longer of it
+  // (times the stage's layers) and the GPU's.
+  double host_layer = p.host_layer_ms_at(tp, plan.sequence_parallel);
+  if (c.recompute == "full")
+    host_layer *= 1 + kForwardHostShare / static_cast<double>(std::max<int64_t>(1, c.recompute_every));
+  double busiest = -1, host_slot = 0;
   LayerTime stage_terms;
   for (int s = 0; s < pp; ++s) {
     const double L = static_cast<double>(layers[static_cast<size_t>(s)]);
     LayerTime t{L * layer.gemm, L * layer.attention, L * layer.other, L * layer.tp, L * layer.wgrad};
     if (s == 0) t.other += embedding_other;
     if (s == pp - 1) t.gemm += output_gemm, t.other += loss_other, t.tp += output_tp;
-    if (t.total() > busiest) busiest = t.total(), stage_terms = t, st.busiest_stage = s;
+    const double slot = std::max(t.total(), L * host_layer);
+    if (slot > busiest) busiest = slot, stage_terms = t, st.busiest_stage = s, host_slot = L * host_layer;
   }
+  const double gpu_slot = stage_terms.total();
 
   const double m = static_cast<double>(plan.micro_batches());
   st.gemm = m * stage_terms.gemm;
   st.attention = m * stage_terms.attention;
   st.other = m * stage_terms.other;
   st.tp_comm = m * stage_terms.tp;
+  st.host = m * std::max(0.0, host_slot - gpu_slot);
   if (pp > 1) {
-    // 1F1B: pp - 1 micro-batch slots of fill and drain; held-back weight-gradient GEMMs run in them.
+    // 1F1B: pp - 1 micro-batch slots of fill and drain; held-back weight-gradient GEMMs run in them
+    // (the GPU's part of the slot; the host still issues them).
     const bool deferred = plan.deferred_wgrads > 0 && plan.grad_accumulation_fusion;
-    st.bubble = (pp - 1) * (busiest - (deferred ? stage_terms.wgrad : 0));
+    st.bubble = (pp - 1) * std::max(host_slot, gpu_slot - (deferred ? stage_terms.wgrad : 0));
     const double act = T * h * dtype / (plan.sequence_parallel ? tp : 1);
     const auto& link = st.pp_crosses_nodes ? p.inter_node : p.intra_node;
     st.pp_comm = m * 2 * collective_ms(link, Collective::send_recv, act, 2);  // activations forward, gradients back
   }
 
-  // This GPU's parameters: the busiest stage's share on one tp rank.
-  const model::PipelineStage stage{st.busiest_stage, pp, split.first, split.second};
-  const double params = static_cast<double>(stage_parameters(c, tp, stage, true));
-  const double grad_bytes = plan.grad_reduce_dtype == "bf16" ? 2 : 4;
-  if (dp > 1) {
-    const auto& link = st.dp_crosses_nodes ? p.inter_node : p.intra_node;
-    const double grads = params * grad_bytes;
-    const double traffic = plan.distributed_optimizer
-                               ? collective_ms(link, Collective::reduce_scatter, grads, dp) +
-                                     collective_ms(link, Collective::all_gather, params * dtype, dp)
-                               : collective_ms(link, Collective::all_reduce, grads, dp);
-    st.dp_comm = traffic * p.dp_exposed;
-  }
-  const double updated = plan.distributed_optimizer ? params / dp : params;
-  st.optimizer = ms((updated * (plan.optimizer == "sgd" ? kSgdBytes : kAdamBytes) + params * grad_bytes) /
-                    (p.memory_gbps * 1e9));
+  add_update_terms(plan, p, st);
 
-  st.total = st.gemm + st.attention + st.other + st.tp_comm + st.pp_comm + st.bubble + st.dp_comm + st.optimizer;
+  st.total = st.gemm + st.attention + st.other + st.tp_comm + st.host + st.pp_comm + st.bubble + st.dp_comm + st.optimizer;
   const double tokens = static_cast<double>(plan.global() * c.seq);
   st.tokens_per_s = tokens / (st.total / 1e3);
   st.tflops_per_gpu = c.flops_per_token(tp) * st.tokens_per_s / plan.world / 1e12;
@@ -208,6 +232,7 @@ std::string describe_terms(const StepTime& t) {
   add("attention", t.attention);
   add("other kernels", t.other);
   add("TP comm exposed", t.tp_comm);
+  add("host-bound", t.host);
   add("PP sends", t.pp_comm);
   add("PP bubble", t.bubble);
   add("DP comm exposed", t.dp_comm);

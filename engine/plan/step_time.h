@@ -1,6 +1,7 @@
 // The layout planner's time model: one training step's time on the busiest GPU, from the
 // model's shapes, the layout (a MemoryPlan: the same inputs as the memory estimate) and a
-// DeviceProfile of measured speeds. Each term is computed as the engine runs it:
+// DeviceProfile of measured speeds. Each term is computed as the engine runs it (the compute
+// terms times profile.compute_in_step, kernels in a step being slower than alone):
 //   - GEMMs: each linear layer's forward, input-gradient and weight-gradient GEMM at the shapes
 //     this tp gives, at the profile's rate for their smallest dimension;
 //   - attention: fused causal attention, forward + backward, at the profile's rate for the
@@ -9,12 +10,15 @@
 //     cross entropy) move per token, at the profile's memory bandwidth;
 //   - tensor-parallel communication: each layer's all-gathers and reduce-scatters (sequence
 //     parallelism) or all-reduces at the link's bus bandwidth, times the profile's measured
-//     exposure for that tp size;
+//     exposure for that tp size (tp_exposed; tp_exposed_no_sp for the all-reduces);
 //   - pipeline: 1F1B's bubble of (pp - 1) micro-batch slots, less the weight-gradient GEMMs held
 //     back into it (parallel.pp_deferred_wgrads), and the activations sent between stages;
 //   - data parallelism: the gradient reduction (and the distributed optimizer's parameter
 //     gather) at the link's bandwidth, the part backward does not hide (profile.dp_exposed);
-//   - the optimizer step: bytes per parameter at the memory bandwidth.
+//   - the optimizer step: bytes per parameter at the memory bandwidth;
+//   - the host: a micro-batch's pass through a stage takes at least the time the host needs to
+//     issue its layers (profile.host_layer_ms by tp); what it needs beyond the GPU's time is the
+//     "host-bound" term, and it sets the pipeline's slot when larger.
 // No LibTorch here.
 #pragma once
 #include <string>
@@ -32,6 +36,7 @@ struct StepTime {
   double bubble = 0;     // pipeline fill and drain
   double dp_comm = 0;    // exposed data-parallel gradient (and parameter) traffic
   double optimizer = 0;  // the update, gradient norm and clipping
+  double host = 0;       // the host's issue time beyond the GPU's (narrow layers at tp > 1)
   double total = 0;
   int busiest_stage = 0;
   bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;

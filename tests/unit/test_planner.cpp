@@ -72,7 +72,16 @@ TEST_CASE("built-in profiles parse and round-trip through JSON", "[planner]") {
     CHECK(again.matmul_tflops == p.matmul_tflops);
     CHECK(again.intra_node.all_gather.points == p.intra_node.all_gather.points);
     CHECK(again.tp_exposed == p.tp_exposed);
+    CHECK(again.host_layer_ms == p.host_layer_ms);
   }
+  auto host = flat();
+  host.host_layer_ms = {{1, 0.5}, {4, 3.0}};
+  host.host_layer_ms_no_sp = {{4, 2.0}};
+  host.tp_exposed_no_sp = {{2, 1.5}, {4, 1.1}};
+  const auto again = me::plan::parse_profile(me::plan::profile_to_json(host), "round trip");
+  CHECK(again.host_layer_ms == host.host_layer_ms);
+  CHECK(again.tp_exposed_no_sp == host.tp_exposed_no_sp);
+  CHECK(again.host_layer_ms_no_sp == host.host_layer_ms_no_sp);
   CHECK_THROWS_WITH(me::plan::builtin_profile("a100"), Catch::Contains("not a known profile") && Catch::Contains("h100-80gb"));
 }
 
@@ -94,6 +103,13 @@ TEST_CASE("a bad profile names the field and what it expects", "[planner]") {
   const auto at = descending.find("\"gemm_efficiency\"");
   descending.insert(descending.find('[', at) + 1, "[5, 1.0], ");
   CHECK_THROWS_WITH(me::plan::parse_profile(descending, "p.json"), Catch::Contains("ascending x"));
+  std::string bad_host = json;
+  bad_host.insert(bad_host.rfind('}'), ", \"host_layer_ms\": {\"0\": 1.5}");
+  CHECK_THROWS_WITH(me::plan::parse_profile(bad_host, "p.json"),
+                    Catch::Contains("p.json: 'host_layer_ms' maps a tp size >= 1 to a number > 0"));
+  std::string bad_factor = json;
+  bad_factor.insert(bad_factor.rfind('}'), ", \"compute_in_step\": 7");
+  CHECK_THROWS_WITH(me::plan::parse_profile(bad_factor, "p.json"), Catch::Contains("'compute_in_step' must be a number between 0.5 and 2"));
   CHECK_THROWS_WITH(me::plan::load_profile_file("/nonexistent/profile.json"),
                     Catch::Contains("cannot read the profile '/nonexistent/profile.json'"));
 }
@@ -184,6 +200,65 @@ TEST_CASE("step time: tensor, pipeline and data parallelism add their terms", "[
     const auto full = me::plan::estimate_step_time(plan, p, 8);
     CHECK(full.gemm > none.gemm * 1.25);
     CHECK(full.attention == Approx(none.attention * (1 + 1 / 3.5)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("step time: in-step compute and the exposure without sequence parallelism", "[planner]") {
+  auto p = flat();
+  const auto c = tiny();
+  auto plan = plan_of(c, 2, 2, 1, 2, 8);
+  const auto base = me::plan::estimate_step_time(plan, p, 8);
+  p.compute_in_step = 1.25;
+  const auto slower = me::plan::estimate_step_time(plan, p, 8);
+  CHECK(slower.gemm == Approx(1.25 * base.gemm));
+  CHECK(slower.attention == Approx(1.25 * base.attention));
+  CHECK(slower.other == Approx(1.25 * base.other));
+  CHECK(slower.tp_comm == Approx(base.tp_comm));
+  CHECK(slower.optimizer == Approx(base.optimizer));
+  p.tp_exposed_no_sp = {{2, 3.0}};  // all-reduces 3x exposed; SP's gathers keep tp_exposed's 1
+  CHECK(me::plan::estimate_step_time(plan, p, 8).tp_comm == Approx(3 * base.tp_comm));
+  plan.sequence_parallel = true;
+  const auto sp = me::plan::estimate_step_time(plan, p, 8);
+  p.tp_exposed_no_sp.clear();
+  CHECK(me::plan::estimate_step_time(plan, p, 8).tp_comm == Approx(sp.tp_comm));
+  const auto again = me::plan::parse_profile(me::plan::profile_to_json(p), "round trip");
+  CHECK(again.compute_in_step == 1.25);
+}
+
+TEST_CASE("step time: a host slower than the GPU sets the micro-batch's slot", "[planner]") {
+  auto p = flat();
+  const auto c = tiny();
+  auto plan = plan_of(c, 2, 2, 1, 2, 8);  // tp 2, 4 micro-batches
+  plan.sequence_parallel = true;
+  const auto gpu_bound = me::plan::estimate_step_time(plan, p, 8);
+  CHECK(gpu_bound.host == 0);  // no measurements: no host term
+  const double gpu_slot = (gpu_bound.gemm + gpu_bound.attention + gpu_bound.other + gpu_bound.tp_comm) / 4;
+  SECTION("a host faster than the GPU changes nothing") {
+    p.host_layer_ms = {{1, 1e-6}, {2, 1e-6}};
+    CHECK(me::plan::estimate_step_time(plan, p, 8).total == Approx(gpu_bound.total));
+  }
+  SECTION("a slower host adds its excess per micro-batch, interpolated by tp, with or without SP") {
+    p.host_layer_ms = {{1, 1.0}, {4, 10.0}};  // 5.5 ms at tp 2 (halfway in log(tp))
+    const auto t = me::plan::estimate_step_time(plan, p, 8);
+    CHECK(p.host_layer_ms_at(2, true) == Approx(5.5));
+    CHECK(t.host == Approx(4 * (4 * 5.5 - gpu_slot)).epsilon(1e-6));
+    CHECK(t.total == Approx(gpu_bound.total + t.host).epsilon(1e-9));
+    CHECK_THAT(me::plan::describe_terms(t), Catch::Contains("host-bound"));
+    p.host_layer_ms_no_sp = {{2, 2.0}};
+    CHECK(p.host_layer_ms_at(2, false) == 2.0);
+    CHECK(p.host_layer_ms_at(2, true) == Approx(5.5));
+    CHECK(p.host_layer_ms_at(1, false) == 1.0);  // tp 1 has no SP to tell apart
+    plan.model.recompute = "full";  // the forward issued again: a third more
+    const auto g = me::plan::estimate_step_time(plan, flat(), 8);
+    const double full_gpu_slot = (g.gemm + g.attention + g.other + g.tp_comm) / 4;
+    CHECK(me::plan::estimate_step_time(plan, p, 8).host ==
+          Approx(4 * (4 * 5.5 * (1 + 1.0 / 3) - full_gpu_slot)).epsilon(1e-6));
+  }
+  SECTION("in a pipeline the host's slot is the bubble's too") {
+    auto piped = plan_of(c, 2, 1, 2, 2, 8);
+    p.host_layer_ms = {{1, 100.0}};
+    const auto t = me::plan::estimate_step_time(piped, p, 8);
+    CHECK(t.bubble == Approx(2 * 100.0));  // pp - 1 slots of 2 layers
   }
 }
 
