@@ -4,7 +4,9 @@
 -- {"tp": ..., "sequence_parallel": ..., "layers": ..., "ms_per_step": mean of the timed windows}.
 --   ME_PROBE_LAYERS=2 ME_PROBE_SP=true megaengine --nproc 2 bench/planner/host_probe.lua
 -- Environment: ME_PROBE_LAYERS (2), ME_PROBE_SP (true; tp 1 has none), ME_PROBE_WARMUP (5),
--- ME_PROBE_STEPS (20).
+-- ME_PROBE_STEPS (20), ME_PROBE_OVERRIDES (recipe overrides, to compare a setting's host cost:
+-- e.g. "parallel.tp_comm_backend=nccl", or "train.profile_at=3 train.profile_trace=/tmp/p.json"
+-- for bench/speed/trace_ops.py).
 local me = require "megaengine"
 local env = function(k, d) return os.getenv(k) or d end
 local tp = tonumber(env("WORLD_SIZE", "1"))
@@ -13,7 +15,7 @@ local warmup, steps = tonumber(env("ME_PROBE_WARMUP", "5")), tonumber(env("ME_PR
 local sp = tp > 1 and env("ME_PROBE_SP", "true") == "true"
 local cuda = me.cuda.is_available()
 local windows = {}
-me.trainer(me.recipe {
+local recipe = me.recipe {
   name = "host-probe",
   device = cuda and "cuda" or "cpu",
   precision = cuda and "bf16" or "fp32",
@@ -26,7 +28,11 @@ me.trainer(me.recipe {
   train = { iters = warmup + steps, log_interval = warmup, eval_iters = 0 },
   -- every log window after the first (the warm-up) is timed
   on_log = function(r) if r.iteration > warmup then windows[#windows + 1] = r.ms_per_iter end end,
-}):run()
+}
+local overrides = {}
+for o in env("ME_PROBE_OVERRIDES", ""):gmatch("%S+") do overrides[#overrides + 1] = o end
+me.apply_overrides(recipe, overrides)
+me.trainer(recipe):run()
 local ms = 0
 for _, w in ipairs(windows) do ms = ms + w / #windows end
 if tonumber(env("RANK", "0")) == 0 then

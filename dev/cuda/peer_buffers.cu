@@ -6,7 +6,12 @@
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
-//      doubled on the same machine.
+//      doubled on the same machine;
+//   4. the host's side: microseconds per call of what tensor parallelism's copy-engine path issues
+//      per collective (copies from a peer's region and local ones, an event's record and wait,
+//      the barrier kernel, and CUDA 13's batched copy), issued back to back on small chunks so the
+//      GPU keeps up and the loop times the host alone (at tp 4 that path costs the host 3.4 ms a
+//      layer and micro-batch against 1.7 for NCCL's all-reduce: bench/RESULTS.md, 21st session).
 //   build/dev/cuda/peer_buffers [gpus] [MiB per chunk]     (default: every GPU, 16 MiB)
 #include <cublas_v2.h>
 #include <sys/mman.h>
@@ -50,6 +55,58 @@ bool all_equal(const float* device, size_t n, float value) {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// 4. microseconds of host per call (rank 0 prints; every rank takes part in the barriers).
+void host_calls(int rank, int n, PeerBuffers& peers, float* gathered, cudaStream_t compute, cudaStream_t copies,
+                Shared* shared, int& round) {
+  const int calls = 500;
+  const size_t small = 64 << 10;  // 64 KiB: a copy engine moves it in about a microsecond
+  auto per_call = [&](const std::function<void()>& issue) {
+    issue();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) issue();
+    const double us = ms_since(t0) * 1e3 / calls;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return us;
+  };
+  if (rank == 0) {
+    char* dst = reinterpret_cast<char*>(gathered);
+    const double peer = per_call([&] { PeerBuffers::copy(dst, peers.slot(1, 0), small, copies); });
+    const double local = per_call([&] { PeerBuffers::copy(dst + small, dst, small, copies); });
+    cudaEvent_t event;
+    CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    const double record_wait = per_call([&] {
+      CUDA_CHECK(cudaEventRecord(event, compute));
+      CUDA_CHECK(cudaStreamWaitEvent(copies, event, 0));
+    });
+    CUDA_CHECK(cudaEventDestroy(event));
+    std::printf("host per call: copy from a peer's region %.2f us, local copy %.2f us, event record + wait %.2f us\n",
+                peer, local, record_wait);
+#if CUDART_VERSION >= 13000
+    std::vector<void*> dsts, srcs;
+    std::vector<size_t> sizes;
+    for (int k = 1; k < n; ++k) {
+      dsts.push_back(dst + k * small), srcs.push_back(peers.slot(k, 0)), sizes.push_back(small);
+    }
+    cudaMemcpyAttributes attrs{};
+    attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t first = 0;
+    const double batch = per_call([&] {
+      CUDA_CHECK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attrs, &first, 1, copies));
+    });
+    std::printf("host per call: cudaMemcpyBatchAsync of %d peers' copies %.2f us (%.2f us a copy)\n", n - 1, batch,
+                batch / (n - 1));
+#endif
+  }
+  host_barrier(shared, n, round++);
+  const auto t0 = std::chrono::steady_clock::now();  // every rank queues the same barriers
+  for (int i = 0; i < calls; ++i) peers.barrier(compute);
+  const double barrier = ms_since(t0) * 1e3 / calls;
+  CUDA_CHECK(cudaStreamSynchronize(compute));
+  if (rank == 0) std::printf("host per call: barrier kernel %.2f us\n", barrier);
+  host_barrier(shared, n, round++);
 }
 
 int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
@@ -150,6 +207,7 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
     cublasDestroy(blas);
   }
   host_barrier(shared, n, round++);
+  host_calls(rank, n, peers, gathered, compute, copies, shared, round);
   cudaFree(gathered);
   return shared->failures.load() ? 1 : 0;
 }
