@@ -166,9 +166,11 @@ DeviceProfile parse_profile(const std::string& json_text, const std::string& wha
     p.tp_exposed_no_sp = by_tp_sizes(j.at("tp_exposed_no_sp"), what, "tp_exposed_no_sp", 2, false);
   if (j.contains("compute_in_step")) {
     const auto& v = j.at("compute_in_step");
-    ME_CHECK(v.is_number() && v.get<double>() >= 0.5 && v.get<double>() <= 2, what,
-             ": 'compute_in_step' must be a number between 0.5 and 2 (in-step over isolated kernel time), got ", v.dump());
-    p.compute_in_step = v.get<double>();
+    if (v.is_number()) p.compute_in_step.points = {{1, v.get<double>()}};
+    else p.compute_in_step = r.curve(j, "", "compute_in_step");
+    for (const auto& [hidden, k] : p.compute_in_step.points)
+      ME_CHECK(k >= 0.5 && k <= 2, what, ": 'compute_in_step' must be a number between 0.5 and 2 (in-step over isolated kernel time), or a list of [hidden, such a number], got ",
+               v.dump());
   }
   if (j.contains("host_layer_ms")) p.host_layer_ms = by_tp_sizes(j.at("host_layer_ms"), what, "host_layer_ms", 1, true);
   if (j.contains("host_layer_ms_no_sp"))
@@ -204,7 +206,7 @@ std::string profile_to_json(const DeviceProfile& p) {
                   {"tp_exposed", by_tp_json(p.tp_exposed)},
                   {"dp_exposed", p.dp_exposed}};
   if (!p.tp_exposed_no_sp.empty()) j["tp_exposed_no_sp"] = by_tp_json(p.tp_exposed_no_sp);
-  if (p.compute_in_step != 1) j["compute_in_step"] = p.compute_in_step;
+  if (!p.compute_in_step.points.empty()) j["compute_in_step"] = curve_json(p.compute_in_step);
   if (!p.host_layer_ms.empty()) j["host_layer_ms"] = by_tp_json(p.host_layer_ms);
   if (!p.host_layer_ms_no_sp.empty()) j["host_layer_ms_no_sp"] = by_tp_json(p.host_layer_ms_no_sp);
   return j.dump(2) + "\n";

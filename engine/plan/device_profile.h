@@ -42,9 +42,12 @@ struct DeviceProfile {
   // copy engines' gathers); empty: tp_exposed.
   std::map<int, double> tp_exposed_no_sp;
   // Compute inside a training step over the isolated GEMM, attention and elementwise rates above
-  // (a step's kernels run slower than the same kernels timed alone), fitted from whole steps at
-  // tp 1 (bench/planner/fit_step_terms.py); 1 where the rates already are in-step ones.
-  double compute_in_step = 1;
+  // (a step's kernels run slower than the same kernels timed alone, the more so the wider the
+  // layer), by the model's hidden size, fitted from whole steps on one GPU
+  // (bench/planner/fit_step_terms.py); empty: 1, where the rates already are in-step ones. The
+  // JSON takes a number (every width) or [[hidden, factor], ...].
+  Curve compute_in_step;
+  double compute_in_step_at(double hidden) const { return compute_in_step.points.empty() ? 1 : compute_in_step.at(hidden); }
   // Fraction of the data-parallel gradient reduction (and the distributed optimizer's parameter
   // gather) that backward does not hide, measured the same way.
   double dp_exposed = 0;

@@ -121,8 +121,8 @@ LayerTime layer_time(const MemoryPlan& plan, const DeviceProfile& p, const LinkP
     t.attention += attention_fwd;
   }
   // Kernels inside a step run slower than timed alone (profile.compute_in_step).
-  t.gemm *= p.compute_in_step, t.wgrad *= p.compute_in_step;
-  t.attention *= p.compute_in_step, t.other *= p.compute_in_step;
+  const double k = p.compute_in_step_at(h);
+  t.gemm *= k, t.wgrad *= k, t.attention *= k, t.other *= k;
   return t;
 }
 
@@ -172,7 +172,7 @@ StepTime estimate_step_time(const MemoryPlan& plan, const DeviceProfile& p, int 
   const model::PipelineStage shape{0, pp, split.first, split.second};
   const auto layers = shape.stage_layers(c.layers);
   const double V = static_cast<double>(c.padded_vocab(tp));
-  const double k = p.compute_in_step;
+  const double k = p.compute_in_step_at(h);
   const double output_gemm = k * (gemm_ms(p, T, V / tp, h) + gemm_ms(p, T, h, V / tp) + gemm_ms(p, V / tp, h, T));
   const double loss_other = k * ms(T * (V / tp) * dtype * 4 / (p.memory_gbps * 1e9));  // logits, softmax, in-place gradient
   const double output_tp = tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp) * p.tp_exposed_at(tp, plan.sequence_parallel);

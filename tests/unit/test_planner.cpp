@@ -208,7 +208,7 @@ TEST_CASE("step time: in-step compute and the exposure without sequence parallel
   const auto c = tiny();
   auto plan = plan_of(c, 2, 2, 1, 2, 8);
   const auto base = me::plan::estimate_step_time(plan, p, 8);
-  p.compute_in_step = 1.25;
+  p.compute_in_step.points = {{1, 1.25}};
   const auto slower = me::plan::estimate_step_time(plan, p, 8);
   CHECK(slower.gemm == Approx(1.25 * base.gemm));
   CHECK(slower.attention == Approx(1.25 * base.attention));
@@ -222,7 +222,10 @@ TEST_CASE("step time: in-step compute and the exposure without sequence parallel
   p.tp_exposed_no_sp.clear();
   CHECK(me::plan::estimate_step_time(plan, p, 8).tp_comm == Approx(sp.tp_comm));
   const auto again = me::plan::parse_profile(me::plan::profile_to_json(p), "round trip");
-  CHECK(again.compute_in_step == 1.25);
+  CHECK(again.compute_in_step_at(64) == 1.25);
+  p.compute_in_step.points = {{32, 1.0}, {128, 1.5}};  // by hidden size: 64 is halfway in log
+  CHECK(p.compute_in_step_at(64) == Approx(1.25));
+  CHECK(me::plan::estimate_step_time(plan, p, 8).gemm == Approx(1.25 * base.gemm));
 }
 
 TEST_CASE("step time: a host slower than the GPU sets the micro-batch's slot", "[planner]") {
