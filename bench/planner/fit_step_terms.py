@@ -90,11 +90,11 @@ def main():
     curve = [[h, sum(v) / len(v)] for h, v in sorted(ratios.items())]
     for h, v in sorted(ratios.items()):
         print(f"compute_in_step at hidden {h}: {sum(v) / len(v):.3f} ({', '.join(f'{x:.3f}' for x in v)})")
-    k = dict(map(tuple, curve))[max(HIDDEN[m] for (m, _, _) in rows)]  # the table's widths
+    k = {h: v for h, v in curve}  # each row's compute at its own width
     fitted = {"tp_exposed": {}, "tp_exposed_no_sp": {}}
     for tp in tps:
         for sp in (True, False):
-            pts = [(rows[r] - k * marginal[r][0]) / marginal[r][1] for r in rows if r[1] == tp and r[2] == sp and marginal[r][1] > 0]
+            pts = [(rows[r] - k[HIDDEN[r[0]]] * marginal[r][0]) / marginal[r][1] for r in rows if r[1] == tp and r[2] == sp and marginal[r][1] > 0]
             if pts:
                 value = max(0.0, sum(pts) / len(pts))
                 fitted["tp_exposed" if sp else "tp_exposed_no_sp"][str(tp)] = round(value, 3)

@@ -109,14 +109,15 @@ LayerTime layer_time(const MemoryPlan& plan, const DeviceProfile& p, const LinkP
   // Tensor parallelism: forward and backward each gather and scatter twice (sequence
   // parallelism) or all-reduce twice, over the whole [tokens x hidden] activation.
   const double tp_fwd = 2 * tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp);
-  t.tp = 2 * tp_fwd * p.tp_exposed_at(tp, plan.sequence_parallel);
+  const double exposed = p.tp_exposed_at(tp, plan.sequence_parallel);
+  t.tp = 2 * tp_fwd * exposed;
   // Recomputation runs (part of) the forward again inside backward.
   if (c.recompute == "full") {
     const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, c.recompute_every));
     t.gemm += share * forward;
     t.attention += share * attention_fwd;
     t.other += share * other * kForwardShare;
-    t.tp += share * tp_fwd * p.tp_exposed_at(tp, plan.sequence_parallel);
+    t.tp += share * tp_fwd * exposed;
   } else if (c.recompute == "selective") {
     t.attention += attention_fwd;
   }

@@ -15,36 +15,36 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common=(device=cuda precision=fp32 model.layers=4 model.hidden=256 model.heads=8 batch.micro=8 train.iters=30
         train.log_interval=5 train.eval_iters=0 sample.tokens=0 parallel.tp=2 parallel.sequence_parallel=true)
+# train NAME NPROC OVERRIDES...: the tiny model's run, its logged losses in $tmp/NAME.loss
+train() {
+  local name=$1 nproc=$2
+  shift 2
+  timeout 300 "$bin" --nproc "$nproc" "$repo/recipes/gpt_tiny.lua" "${common[@]}" "$@" > "$tmp/$name.log" 2>&1 ||
+    { echo "FAILED: the $name run: exit $?"; tail -20 "$tmp/$name.log"; exit 1; }
+  grep -o "lm loss: [0-9.E+-]*" "$tmp/$name.log" | awk '{ print $3 }' > "$tmp/$name.loss"
+}
+# follows REF RUN WHAT: RUN's losses within 1e-4 (relative) of REF's, at least 6 of them
+follows() {
+  paste "$tmp/$1.loss" "$tmp/$2.loss" | awk -v what="$3" '
+    { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
+    END { printf "%s%d losses compared, worst relative difference %.2e\n", what, n, worst; exit !(n >= 6 && worst < 1e-4) }' ||
+    { echo "FAILED: $2 does not follow $1's losses"; paste "$tmp/$1.loss" "$tmp/$2.loss"; exit 1; }
+}
 # auto (the default) must resolve to the copy engines here, and say so
-for backend in nccl copy_engine auto; do
-  timeout 300 "$bin" --nproc 2 "$repo/recipes/gpt_tiny.lua" "${common[@]}" parallel.tp_comm_backend=$backend \
-    > "$tmp/$backend.log" 2>&1 || { echo "FAILED: the $backend run: exit $?"; tail -20 "$tmp/$backend.log"; exit 1; }
-  grep -o "lm loss: [0-9.E+-]*" "$tmp/$backend.log" | awk '{ print $3 }' > "$tmp/$backend.loss"
-done
+for backend in nccl copy_engine auto; do train "$backend" 2 parallel.tp_comm_backend=$backend; done
 grep -q 'tensor-parallel collectives on the copy engines (parallel.tp_comm_backend = "auto")' "$tmp/auto.log" ||
   { echo "FAILED: tp_comm_backend = auto did not take the copy engines"; grep -i 'copy engine\|peer' "$tmp/auto.log"; exit 1; }
 paste "$tmp/copy_engine.loss" "$tmp/auto.loss" | awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > 1e-6) bad = 1; n++ }
   END { exit bad || n < 6 }' ||
   { echo "FAILED: auto's losses differ from copy_engine's"; paste "$tmp/copy_engine.loss" "$tmp/auto.loss"; exit 1; }
 [ -s "$tmp/nccl.loss" ] || { echo "FAILED: no loss logged"; tail -20 "$tmp/nccl.log"; exit 1; }
-paste "$tmp/nccl.loss" "$tmp/copy_engine.loss" | awk '
-  { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-  END { printf "%d losses compared, worst relative difference %.2e\n", n, worst; exit !(n >= 6 && worst < 1e-4) }' ||
-  { echo "FAILED: the copy-engine run does not follow NCCL's"; paste "$tmp/nccl.loss" "$tmp/copy_engine.loss"; exit 1; }
+follows nccl copy_engine ""
 grep -h "tokens/s" "$tmp/nccl.log" | tail -1 | sed 's/^/nccl:        /'
 grep -h "tokens/s" "$tmp/copy_engine.log" | tail -1 | sed 's/^/copy_engine: /'
 # With 4 GPUs also tp 4, where each rank pulls from and pushes to three peers at once on three
 # copy streams: it follows NCCL's losses too.
 if [ "$gpus" -ge 4 ]; then
-  for backend in nccl copy_engine; do
-    timeout 300 "$bin" --nproc 4 "$repo/recipes/gpt_tiny.lua" "${common[@]}" parallel.tp=4 \
-      parallel.tp_comm_backend=$backend > "$tmp/tp4_$backend.log" 2>&1 ||
-      { echo "FAILED: the tp 4 $backend run: exit $?"; tail -20 "$tmp/tp4_$backend.log"; exit 1; }
-    grep -o "lm loss: [0-9.E+-]*" "$tmp/tp4_$backend.log" | awk '{ print $3 }' > "$tmp/tp4_$backend.loss"
-  done
-  paste "$tmp/tp4_nccl.loss" "$tmp/tp4_copy_engine.loss" | awk '
-    { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-    END { printf "tp 4: %d losses compared, worst relative difference %.2e\n", n, worst; exit !(n >= 6 && worst < 1e-4) }' ||
-    { echo "FAILED: the copy engines do not follow NCCL's losses at tp 4"; paste "$tmp/tp4_nccl.loss" "$tmp/tp4_copy_engine.loss"; exit 1; }
+  for backend in nccl copy_engine; do train "tp4_$backend" 4 parallel.tp=4 parallel.tp_comm_backend=$backend; done
+  follows tp4_nccl tp4_copy_engine "tp 4: "
 fi
 echo "tp_copy_engine_gpu: passed"
