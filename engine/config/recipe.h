@@ -92,6 +92,7 @@ struct ParallelSpec {
   // its idle time (train::PipelineSchedule; no effect without pipeline parallelism or without
   // grad_accumulation_fusion); 0: at once, in each backward (plain 1F1B); 1: each right after
   // its backward's send, no memory beyond 1F1B's; k: k - 1 more held, each costing memory.
+  // Fully recomputed layers never hold theirs back (their rebuilt activations would stay alive).
   int64_t pp_deferred_wgrads{};
   bool distributed_optimizer{};  // ZeRO-1: masters and optimizer state sharded over dp
   double bucket_mb{};            // gradient buckets reduced while backward goes on

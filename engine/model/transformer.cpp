@@ -11,6 +11,7 @@
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fp8_linear.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/parallel/main_grad.h"
 #include "engine/parallel/mappings.h"
 
 namespace me::model {
@@ -48,6 +49,7 @@ struct RecomputeBlock : public torch::autograd::Function<RecomputeBlock> {
       kernels::Fp8RecomputeTape::Scope replaying(*tape, kernels::Fp8RecomputeTape::Mode::replay);
       out = (*saved_state<const BlockFn*>(ctx, "fn"))(Residual{stream, {}});
     }
+    parallel::WeightGradsInline inline_wgrads;  // held back, they would keep the rebuilt activations
     torch::autograd::backward({out.x, out.delta}, {grads[0], grads[1]});
     return {stream.grad(), torch::Tensor()};
   }

@@ -106,12 +106,13 @@ std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor
 }
 
 // compute_weight_grads, or, while the sink holds weight gradients back (a pipeline schedule's
-// parallel.pp_deferred_wgrads) and both go into its main grads, the same GEMMs queued for later.
+// parallel.pp_deferred_wgrads) and both go into its main grads, the same GEMMs queued for later
+// (but inside a recomputed block's backward: WeightGradsInline).
 std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
                                                      const torch::Tensor& w, const torch::Tensor& b,
                                                      MainGradSink* sink, const std::optional<Fp8WeightGrad>& q = {}) {
   bool accumulate = false;
-  if (auto* queue = sink ? sink->held_back() : nullptr;
+  if (auto* queue = sink && !WeightGradsInline::active() ? sink->held_back() : nullptr;
       queue && sink->main_grad(w, &accumulate).defined() && (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
     queue->push([dy, x, w, b, sink, q] {
       torch::NoGradGuard no_grad;  // as inside backward: plain GEMMs into the buffer

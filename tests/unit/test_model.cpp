@@ -391,11 +391,13 @@ TEST_CASE("gradient-accumulation fusion on the GPU (fp32-output GEMMs)", "[model
 
 namespace {
 // Weight gradients held back (a pipeline stage's parallel.pp_deferred_wgrads) and run later,
-// oldest micro-batch first, leave the same bits in the main grads as running them at once; the
-// blocks recompute, so the GEMMs are queued from inside a recomputed backward too.
-void check_held_back_weight_grads(const torch::Device& device, torch::ScalarType dtype) {
+// oldest micro-batch first, leave the same bits in the main grads as running them at once. Fully
+// recomputed blocks run theirs at once instead (WeightGradsInline: held, they would keep the
+// rebuilt activations alive): their first micro-batch's gradients are in before the queue runs.
+void check_held_back_weight_grads(const torch::Device& device, torch::ScalarType dtype, const std::string& recompute) {
+  INFO("recompute " << recompute);
   auto c = tiny_gpt();
-  c.recompute = "full";
+  c.recompute = recompute;
   ModelWithGrads now_run(c, 5, device, dtype, /*fused=*/true), held_run(c, 5, device, dtype, /*fused=*/true);
   auto &now = now_run.model, &held = held_run.model;
   auto &now_grads = *now_run.grads, &held_grads = *held_run.grads;
@@ -416,6 +418,7 @@ void check_held_back_weight_grads(const torch::Device& device, torch::ScalarType
     held_grads.hold_back_into(&queue);
     held->loss(tokens[micro], tokens[micro].roll(-1, 1)).backward();
     held_grads.hold_back_into(nullptr);
+    if (micro == 0) CHECK((held_grads.view(fc1).abs().sum().item<double>() != 0) == (recompute == "full"));
     if (micro == 1) queue.run_oldest();  // micro-batch 0's, between the others' backward passes
   }
   CHECK(queue.micro_batches() == 2);
@@ -431,7 +434,8 @@ void check_held_back_weight_grads(const torch::Device& device, torch::ScalarType
 }  // namespace
 
 TEST_CASE("held-back weight gradients (pp_deferred_wgrads) leave the same main grads", "[model]") {
-  check_held_back_weight_grads(torch::kCPU, torch::kFloat);
+  check_held_back_weight_grads(torch::kCPU, torch::kFloat, "none");
+  check_held_back_weight_grads(torch::kCPU, torch::kFloat, "full");
 }
 
 TEST_CASE("held-back weight gradients on the GPU", "[model][gpu]") {
@@ -439,7 +443,8 @@ TEST_CASE("held-back weight gradients on the GPU", "[model][gpu]") {
     WARN("no CUDA GPU: checked on the GPU machine");
     return;
   }
-  check_held_back_weight_grads(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
+  check_held_back_weight_grads(torch::Device(torch::kCUDA, 0), torch::kBFloat16, "none");
+  check_held_back_weight_grads(torch::Device(torch::kCUDA, 0), torch::kBFloat16, "full");
 }
 
 TEST_CASE("symmetric slots: one size, given back when the tensor dies, nothing past the limit", "[model]") {
