@@ -1,9 +1,11 @@
 -- One point of the planner's host term (bench/planner/calibrate_host.sh): trains a GPT so narrow
 -- (hidden 256, seq 256, micro 1) that its GPU work is negligible, so a step takes what the host
 -- needs to issue it, on every rank of the launch as one tp group, and prints one JSON line:
--- {"tp": ..., "sequence_parallel": ..., "layers": ..., "ms_per_step": mean of the timed windows}.
+-- {"tp": ..., "sequence_parallel": ..., "layers": ..., "micro_batches": ..., "ms_per_step": mean of
+-- the timed windows}.
 --   ME_PROBE_LAYERS=2 ME_PROBE_SP=true megaengine --nproc 2 bench/planner/host_probe.lua
--- Environment: ME_PROBE_LAYERS (2), ME_PROBE_SP (true; tp 1 has none), ME_PROBE_WARMUP (5),
+-- Environment: ME_PROBE_LAYERS (2), ME_PROBE_MICRO_BATCHES (1: micro-batches a step),
+-- ME_PROBE_SP (true; tp 1 has none), ME_PROBE_WARMUP (5),
 -- ME_PROBE_STEPS (20), ME_PROBE_OVERRIDES (recipe overrides, to compare a setting's host cost:
 -- e.g. "parallel.tp_comm_backend=nccl", or "train.profile_at=3 train.profile_trace=/tmp/p.json"
 -- for bench/speed/trace_ops.py).
@@ -11,6 +13,7 @@ local me = require "megaengine"
 local env = function(k, d) return os.getenv(k) or d end
 local tp = tonumber(env("WORLD_SIZE", "1"))
 local layers = tonumber(env("ME_PROBE_LAYERS", "2"))
+local micro_batches = tonumber(env("ME_PROBE_MICRO_BATCHES", "1"))
 local warmup, steps = tonumber(env("ME_PROBE_WARMUP", "5")), tonumber(env("ME_PROBE_STEPS", "20"))
 local sp = tp > 1 and env("ME_PROBE_SP", "true") == "true"
 local cuda = me.cuda.is_available()
@@ -21,7 +24,7 @@ local recipe = me.recipe {
   precision = cuda and "bf16" or "fp32",
   model = me.model.gpt { vocab = 256, seq = 256, layers = layers, hidden = 256, heads = 8 },
   data = me.data.text { path = me.asset "moby-dick.txt" },
-  batch = { micro = 1, global = 1 },
+  batch = { micro = 1, global = micro_batches },
   parallel = { tp = tp, sequence_parallel = sp },
   optimizer = me.optim.adamw { lr = 1e-4 },
   schedule = me.schedule.constant {},
@@ -36,5 +39,6 @@ me.trainer(recipe):run()
 local ms = 0
 for _, w in ipairs(windows) do ms = ms + w / #windows end
 if tonumber(env("RANK", "0")) == 0 then
-  print(('{"tp": %d, "sequence_parallel": %s, "layers": %d, "ms_per_step": %.4f}'):format(tp, tostring(sp), layers, ms))
+  print(('{"tp": %d, "sequence_parallel": %s, "layers": %d, "micro_batches": %d, "ms_per_step": %.4f}'):format(
+    tp, tostring(sp), layers, micro_batches, ms))
 end

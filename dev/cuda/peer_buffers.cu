@@ -241,7 +241,11 @@ int main(int argc, char** argv) {
   std::vector<pid_t> children;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();
-    if (pid == 0) std::_Exit(run_rank(r, n, mib << 20, shared));
+    if (pid == 0) {  // _Exit skips stdio's flush: a redirected stdout would lose the rank's lines
+      const int rc = run_rank(r, n, mib << 20, shared);
+      std::fflush(stdout);
+      std::_Exit(rc);
+    }
     children.push_back(pid);
   }
   int failed = 0;

@@ -46,6 +46,8 @@ double DeviceProfile::host_layer_ms_at(int tp, bool sequence_parallel) const {
   return host_layer_ms.empty() ? 0 : by_tp(host_layer_ms, tp);
 }
 
+double DeviceProfile::host_micro_ms_at(int tp) const { return host_micro_ms.empty() ? 0 : by_tp(host_micro_ms, tp); }
+
 namespace {
 
 // Reads fields with errors that name the file and the field's path.
@@ -175,6 +177,7 @@ DeviceProfile parse_profile(const std::string& json_text, const std::string& wha
   if (j.contains("host_layer_ms")) p.host_layer_ms = by_tp_sizes(j.at("host_layer_ms"), what, "host_layer_ms", 1, true);
   if (j.contains("host_layer_ms_no_sp"))
     p.host_layer_ms_no_sp = by_tp_sizes(j.at("host_layer_ms_no_sp"), what, "host_layer_ms_no_sp", 2, true);
+  if (j.contains("host_micro_ms")) p.host_micro_ms = by_tp_sizes(j.at("host_micro_ms"), what, "host_micro_ms", 1, true);
   const auto& dp = r.member(j, "", "dp_exposed");
   ME_CHECK(dp.is_number() && dp.get<double>() >= 0 && dp.get<double>() <= 2, what,
            ": 'dp_exposed' must be a number between 0 and 2, got ", dp.dump());
@@ -209,6 +212,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   if (!p.compute_in_step.points.empty()) j["compute_in_step"] = curve_json(p.compute_in_step);
   if (!p.host_layer_ms.empty()) j["host_layer_ms"] = by_tp_json(p.host_layer_ms);
   if (!p.host_layer_ms_no_sp.empty()) j["host_layer_ms_no_sp"] = by_tp_json(p.host_layer_ms_no_sp);
+  if (!p.host_micro_ms.empty()) j["host_micro_ms"] = by_tp_json(p.host_micro_ms);
   return j.dump(2) + "\n";
 }
 

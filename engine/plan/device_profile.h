@@ -58,10 +58,15 @@ struct DeviceProfile {
   // (host_layer_ms_no_sp). Measured on a width whose GPU work is negligible
   // (bench/planner/calibrate_host.sh). Empty: no host term (the step is taken as GPU-bound).
   std::map<int, double> host_layer_ms, host_layer_ms_no_sp;
+  // Host time per micro-batch outside the layers (the embedding, the output layer, the loss and
+  // their gradients), ms, by tp size (with sequence parallelism at tp > 1), measured the same
+  // way. Empty: none.
+  std::map<int, double> host_micro_ms;
 
   // interpolated in log(tp) between the measured sizes; tp_exposed_no_sp's where it has any
   double tp_exposed_at(int tp, bool sequence_parallel = true) const;
   double host_layer_ms_at(int tp, bool sequence_parallel) const;  // 0 without measurements
+  double host_micro_ms_at(int tp) const;                          // 0 without measurements
 };
 
 // Reads a profile; a clear error (me::Error) naming `what` (the file) and the field that is

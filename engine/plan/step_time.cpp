@@ -118,6 +118,7 @@ LayerTime layer_time(const MemoryPlan& plan, const DeviceProfile& p, const LinkP
     t.attention += share * attention_fwd;
     t.other += share * other * kForwardShare;
     t.tp += share * tp_fwd * exposed;
+    t.wgrad *= 1 - share;  // a recomputed block's weight gradients are never held back (WeightGradsInline)
   } else if (c.recompute == "selective") {
     t.attention += attention_fwd;
   }
@@ -179,8 +180,10 @@ StepTime estimate_step_time(const MemoryPlan& plan, const DeviceProfile& p, int 
   const double output_tp = tp_exchange_ms(tp_link, plan.sequence_parallel, T * h * dtype, tp) * p.tp_exposed_at(tp, plan.sequence_parallel);
   const double embedding_other = k * ms(T * h * dtype * 3 / (p.memory_gbps * 1e9));
   // The host's time to issue one layer for one micro-batch; a stage's slot is the longer of it
-  // (times the stage's layers) and the GPU's.
+  // (times the stage's layers, and on the last stage the embedding, output layer and loss's
+  // host_micro_ms, which the calibration measures together) and the GPU's.
   double host_layer = p.host_layer_ms_at(tp, plan.sequence_parallel);
+  const double host_micro = p.host_micro_ms_at(tp);
   if (c.recompute == "full")
     host_layer *= 1 + kForwardHostShare / static_cast<double>(std::max<int64_t>(1, c.recompute_every));
   double busiest = -1, host_slot = 0;
@@ -190,8 +193,9 @@ StepTime estimate_step_time(const MemoryPlan& plan, const DeviceProfile& p, int 
     LayerTime t{L * layer.gemm, L * layer.attention, L * layer.other, L * layer.tp, L * layer.wgrad};
     if (s == 0) t.other += embedding_other;
     if (s == pp - 1) t.gemm += output_gemm, t.other += loss_other, t.tp += output_tp;
-    const double slot = std::max(t.total(), L * host_layer);
-    if (slot > busiest) busiest = slot, stage_terms = t, st.busiest_stage = s, host_slot = L * host_layer;
+    const double host = L * host_layer + (s == pp - 1 ? host_micro : 0);
+    const double slot = std::max(t.total(), host);
+    if (slot > busiest) busiest = slot, stage_terms = t, st.busiest_stage = s, host_slot = host;
   }
   const double gpu_slot = stage_terms.total();
 

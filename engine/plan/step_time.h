@@ -17,7 +17,8 @@
 //     gather) at the link's bandwidth, the part backward does not hide (profile.dp_exposed);
 //   - the optimizer step: bytes per parameter at the memory bandwidth;
 //   - the host: a micro-batch's pass through a stage takes at least the time the host needs to
-//     issue its layers (profile.host_layer_ms by tp); what it needs beyond the GPU's time is the
+//     issue its layers (profile.host_layer_ms by tp; the last stage also its embedding, output
+//     layer and loss, profile.host_micro_ms); what it needs beyond the GPU's time is the
 //     "host-bound" term, and it sets the pipeline's slot when larger.
 // No LibTorch here.
 #pragma once

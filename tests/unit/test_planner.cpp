@@ -77,11 +77,13 @@ TEST_CASE("built-in profiles parse and round-trip through JSON", "[planner]") {
   auto host = flat();
   host.host_layer_ms = {{1, 0.5}, {4, 3.0}};
   host.host_layer_ms_no_sp = {{4, 2.0}};
+  host.host_micro_ms = {{1, 0.7}, {4, 1.9}};
   host.tp_exposed_no_sp = {{2, 1.5}, {4, 1.1}};
   const auto again = me::plan::parse_profile(me::plan::profile_to_json(host), "round trip");
   CHECK(again.host_layer_ms == host.host_layer_ms);
   CHECK(again.tp_exposed_no_sp == host.tp_exposed_no_sp);
   CHECK(again.host_layer_ms_no_sp == host.host_layer_ms_no_sp);
+  CHECK(again.host_micro_ms == host.host_micro_ms);
   CHECK_THROWS_WITH(me::plan::builtin_profile("a100"), Catch::Contains("not a known profile") && Catch::Contains("h100-80gb"));
 }
 
@@ -247,6 +249,9 @@ TEST_CASE("step time: a host slower than the GPU sets the micro-batch's slot", "
     CHECK(t.host == Approx(4 * (4 * 5.5 - gpu_slot)).epsilon(1e-6));
     CHECK(t.total == Approx(gpu_bound.total + t.host).epsilon(1e-9));
     CHECK_THAT(me::plan::describe_terms(t), Catch::Contains("host-bound"));
+    p.host_micro_ms = {{2, 3.0}};  // the embedding, output layer and loss: once per micro-batch
+    CHECK(me::plan::estimate_step_time(plan, p, 8).host == Approx(4 * (4 * 5.5 + 3.0 - gpu_slot)).epsilon(1e-6));
+    p.host_micro_ms.clear();
     p.host_layer_ms_no_sp = {{2, 2.0}};
     CHECK(p.host_layer_ms_at(2, false) == 2.0);
     CHECK(p.host_layer_ms_at(2, true) == Approx(5.5));
@@ -262,6 +267,10 @@ TEST_CASE("step time: a host slower than the GPU sets the micro-batch's slot", "
     p.host_layer_ms = {{1, 100.0}};
     const auto t = me::plan::estimate_step_time(piped, p, 8);
     CHECK(t.bubble == Approx(2 * 100.0));  // pp - 1 slots of 2 layers
+    p.host_micro_ms = {{1, 50.0}};          // on the last stage, which becomes the busiest
+    const auto last = me::plan::estimate_step_time(piped, p, 8);
+    CHECK(last.busiest_stage == 1);
+    CHECK(last.bubble == Approx(2 * 100.0 + 50.0));
   }
 }
 
