@@ -11,10 +11,10 @@
 --   sbatch slurm/train.sbatch recipes/llama2_70b.lua
 -- Check the layout and the memory first, anywhere (no GPU, no data, no DATA_PATH needed):
 --   megaengine --dry-run recipes/llama2_70b.lua --world 16
--- Expected memory per GPU (that dry run; GB = 10^9 bytes): pipeline stage 1 77.6 GB of 80 GB, of
+-- Expected memory per GPU (that dry run; GB = 10^9 bytes): pipeline stage 1 77.7 GB of 80 GB, of
 -- which LibTorch's allocator peak is 71.9 GB (68,523 MiB: bf16 weights 8.7, bf16 main grads 8.7,
 -- fp32 masters + AdamW state 52.1, the layer inputs of 4 micro-batches in flight 1.4); the last
--- stage 76.6 GB. On 32 GPUs (dp 2) the distributed optimizer (on here) halves the 52.1.
+-- stage 76.7 GB. On 32 GPUs (dp 2) the distributed optimizer (on here) halves the 52.1.
 --
 -- Data under $DATA_PATH/llama2/ (the seeds' layout): tokenizer.model, and my-llama2_text_document.bin/.idx:
 --   megaengine preprocess --input $DATA_PATH/llama2/oscar-1GB.jsonl --output-prefix $DATA_PATH/llama2/my-llama2 \

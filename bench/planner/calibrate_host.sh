@@ -65,6 +65,8 @@ for tp in sorted({r["tp"] for r in rows}):
 for key, values in terms.items():
     if values:
         profile[key] = values
+    elif key == "host_micro_ms" and profile.pop(key, None) is not None:  # not kept beside a new host_layer_ms
+        print("calibrate_host: host_micro_ms dropped from the profile (no size measured)")
 profile["source"] += f"; host_layer_ms and host_micro_ms from bench/planner/calibrate_host.sh, {datetime.date.today()}"
 with open(dst + ".tmp", "w") as f:
     json.dump(profile, f, indent=2)
