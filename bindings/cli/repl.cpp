@@ -5,6 +5,8 @@ extern "C" {
 #include <lua.h>
 }
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 #if ME_HAVE_EDITLINE
 #include <editline/readline.h>
@@ -93,7 +95,8 @@ std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
 #else
 // libedit's callback interface, fed from a poll on stdin: a Ctrl-C interrupts the poll (EINTR)
 // rather than libedit's own read, so the line can be cleared and the prompt shown again. (A
-// longjmp out of readline() left libedit's state broken.)
+// longjmp out of readline() left libedit's state broken.) The CI saw the race the mask below
+// closes: "^C" never shown after Ctrl-C came in the middle of typed text.
 char* finished_line = nullptr;
 bool line_done = false;
 void take_line(char* line) {
@@ -101,16 +104,39 @@ void take_line(char* line) {
   line_done = true;
 }
 
+// SIGINT blocked while it lives, but for the poll's waits (ppoll): a Ctrl-C that comes while libedit
+// handles a key is delivered at the next wait, as EINTR. With a plain poll the handler would run
+// between the two, and the poll would then wait for input the terminal had flushed with the ^C.
+class InterruptOnlyWhileWaiting {
+ public:
+  InterruptOnlyWhileWaiting() {
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &previous_);
+    waiting_ = previous_;
+    sigdelset(&waiting_, SIGINT);
+  }
+  ~InterruptOnlyWhileWaiting() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  InterruptOnlyWhileWaiting(const InterruptOnlyWhileWaiting&) = delete;
+  InterruptOnlyWhileWaiting& operator=(const InterruptOnlyWhileWaiting&) = delete;
+  int poll(pollfd* fd) const { return ppoll(fd, 1, nullptr, &waiting_); }
+
+ private:
+  sigset_t previous_{}, waiting_{};
+};
+
 std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
   *cancelled = false;
   interrupted = 0;
   line_done = false;
   finished_line = nullptr;
   rl_catch_signals = 0;  // the handler is ours (InterruptHandler)
+  InterruptOnlyWhileWaiting mask;
   rl_callback_handler_install(prompt, take_line);
   while (!line_done) {
     pollfd in{STDIN_FILENO, POLLIN, 0};
-    const int ready = poll(&in, 1, -1);
+    const int ready = mask.poll(&in);
     if (ready < 0 && errno == EINTR) {
       if (!interrupted) continue;
       interrupted = 0;
