@@ -12,8 +12,8 @@
 # optimizer with and without overlapped parameter gathers and symmetric buffers, tp, sp inline
 # and overlapped (the all-gathers in bulk and as a ring at tp 4), the registered slots,
 # pp with and without dp / tp, untied embeddings, uneven and balanced stages, a middle stage,
-# held-back weight gradients at 0 and 2, unfused gradient accumulation, LLaMA, bf16 gradient
-# reduction with and without the distributed optimizer); the
+# held-back weight gradients at 0 and 2, full recomputation in a pipeline, unfused gradient
+# accumulation, LLaMA, bf16 gradient reduction with and without the distributed optimizer); the
 # whole list, every combination above (~2x the time), runs with ME_FULL_TESTS=1:
 #   ME_FULL_TESTS=1 bash tests/cli/dp_equivalence.sh build/megaengine [gpt]
 set -euo pipefail
@@ -60,7 +60,8 @@ else
            bf16_dp2_g16:bf16_dp1:2e-2 bf16_dp2_distopt_g16:bf16_dp1:2e-2 tp2_sp_slots:dp1 tp2_pp2_sp_slots:dp1
            pp2_held0:pp2:1e-30 pp2_dp2_distopt_held0:pp2_dp2_distopt:1e-30 tp2_pp2_sp_held3:tp2_pp2_sp:1e-30
            pp4_4layers_held4:pp4_4layers:1e-30 pp3_uneven_held0:pp3_uneven_1_1_2:1e-30 llama_pp2_held2:llama_pp2:1e-30
-           pp3_balanced:dp1_4layers tp4_sp_ring:dp1 fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2 fp8_dp2_distopt:fp8_dp1:1e-2"
+           pp3_balanced:dp1_4layers tp4_sp_ring:dp1 fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2 fp8_dp2_distopt:fp8_dp1:1e-2
+           pp2_full:dp1"
   # CI: every switch above once (the header's list); the pairs left out repeat a switch in
   # another combination: dp1_unfused dp2 dp4 tp2_dp2 tp2_sp_slots tp2_pp2_sp pp2_uneven_3_1
   # pp4_4layers and the held-back 3 and 4 (pp4_4layers_held4, tp2_pp2_sp_held3), pp3_uneven_held0,
@@ -69,7 +70,7 @@ else
   # buckets are llama_dp2_distopt's).
   [ "$full" = 1 ] || layouts="dp2_unfused:dp1 dp2_distopt:dp1 tp2_dp2_sp_distopt:dp1 tp2_sp_inline:dp1
            tp2_pp2_sp_slots:dp1 pp2:dp1 pp2_held0:pp2:1e-30 pp2_dp2_distopt:dp1 pp2_untied:dp1_untied
-           pp3_uneven_1_1_2:dp1_4layers pp3_balanced:dp1_4layers
+           pp3_uneven_1_1_2:dp1_4layers pp3_balanced:dp1_4layers pp2_full:dp1
            llama_pp2:llama_dp1 llama_pp2_held2:llama_pp2:1e-30 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1
            bf16_dp2_g16:bf16_dp1:2e-2 bf16_dp2_distopt_g16:bf16_dp1:2e-2 tp4_sp_ring:dp1
            fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2"
@@ -130,6 +131,9 @@ else
   run pp4_4layers_held4 4 parallel.pp=4 model.layers=4 $held=4
   run pp3_uneven_held0 3 parallel.pp=3 model.layers=4 parallel.pp_last_layers=2 $held=0
   ME_EQUIV_MODEL=llama run llama_pp2_held2 2 parallel.pp=2 $held=2
+  # full recomputation in a pipeline: the rebuilt blocks run their weight gradients at once
+  # (parallel::WeightGradsInline), the output layer's are still held back
+  run pp2_full 2 parallel.pp=2 model.recompute=full
 fi
 
 status=0
