@@ -9,7 +9,9 @@
 # (a training run per point), so it is this separate step.
 #   source .debs/device-env.sh && bash bench/planner/calibrate_host.sh BUILD_DIR IN.json OUT.json
 # IN.json: a profile (megaengine plan --calibrate's, or profiles/h100-80gb.json); OUT.json: the same
-# with the host term and its source added. Environment: ME_PROBE_MAX_TP, ME_PROBE_STEPS (20).
+# with the host term and its source added. Environment: ME_PROBE_MAX_TP, ME_PROBE_STEPS (20),
+# ME_PROBE_REPEATS (1: runs per point, the median taken; the points are differences of short runs,
+# which move by tens of percent between runs at 12 steps: bench/RESULTS.md, twenty-second session).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1 in=$2 out=$3
@@ -19,11 +21,14 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 max=${ME_PROBE_MAX_TP:-$([ "$gpus" -gt 0 ] && echo "$gpus" || echo 2)}
 points=$(mktemp)
 trap 'rm -f "$points"' EXIT
-probe() {  # tp sp layers micro-batches -> the JSON line
-  local launch=()
+probe() {  # tp sp layers micro-batches -> the JSON line: the median run's of ME_PROBE_REPEATS
+  local launch=() lines="" i
   [ "$1" -gt 1 ] && launch=(--nproc "$1")
-  ME_PROBE_SP=$2 ME_PROBE_LAYERS=$3 ME_PROBE_MICRO_BATCHES=$4 timeout 300 "$build/megaengine" "${launch[@]}" \
-    "$repo/bench/planner/host_probe.lua" 2>&1 | grep -o '{"tp".*}' | tail -1
+  for ((i = 0; i < ${ME_PROBE_REPEATS:-1}; ++i)); do
+    lines+=$(ME_PROBE_SP=$2 ME_PROBE_LAYERS=$3 ME_PROBE_MICRO_BATCHES=$4 timeout 300 "$build/megaengine" "${launch[@]}" \
+      "$repo/bench/planner/host_probe.lua" 2>&1 | grep -o '{"tp".*}' | tail -1)$'\n'
+  done
+  grep . <<< "$lines" | sort -t: -k6 -g | awk '{ line[NR] = $0 } END { if (NR) print line[int((NR + 1) / 2)] }'
 }
 for tp in 1 2 4 8; do
   [ "$tp" -le "$max" ] || continue
