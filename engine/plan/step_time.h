@@ -12,7 +12,8 @@
 //     parallelism) or all-reduces at the link's bus bandwidth, times the profile's measured
 //     exposure for that tp size (tp_exposed; tp_exposed_no_sp for the all-reduces);
 //   - pipeline: 1F1B's bubble of (pp - 1) micro-batch slots, less the weight-gradient GEMMs held
-//     back into it (parallel.pp_deferred_wgrads), and the activations sent between stages;
+//     back into it (parallel.pp_deferred_wgrads; not a fully recomputed block's), and the
+//     activations sent between stages;
 //   - data parallelism: the gradient reduction (and the distributed optimizer's parameter
 //     gather) at the link's bandwidth, the part backward does not hide (profile.dp_exposed);
 //   - the optimizer step: bytes per parameter at the memory bandwidth;

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # bench/planner/calibrate_host.sh on the CPU (tp 1 and 2 over Gloo, a few steps): the profile it
-# writes carries the host term (host_layer_ms at tp 1 and 2, host_layer_ms_no_sp at tp 2; host_micro_ms
-# where positive), the
-# planner reads it back (a dry run at tp 2 names a "host-bound" term), and a missing input
-# profile is refused by name.
+# writes carries the host term (host_layer_ms at tp 1 and 2, host_layer_ms_no_sp at tp 2;
+# host_micro_ms where positive), the planner reads it back (a dry run at tp 2 names a "host-bound"
+# term), and a missing input profile is refused by name.
 #   bash tests/cli/calibrate_host.sh build/megaengine
 set -uo pipefail
 bin=$1

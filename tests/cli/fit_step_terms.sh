@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fitted terms of the shipped H100 profile (profiles/h100-80gb.json:
 # compute_in_step, tp_exposed, tp_exposed_no_sp) are what bench/planner/fit_step_terms.py gives
-# from the measurements committed beside it (dry runs only: no GPU needed); and a table without
+# from the measurements committed in bench/planner (dry runs only: no GPU needed); and a table without
 # tp 1 rows is refused.
 #   bash tests/cli/fit_step_terms.sh build/megaengine
 set -uo pipefail

@@ -183,6 +183,11 @@ TEST_CASE("step time: tensor, pipeline and data parallelism add their terms", "[
     plan.deferred_wgrads = 1;
     const auto deferred = me::plan::estimate_step_time(plan, p, 8);
     CHECK(deferred.bubble < plain.bubble);
+    // fully recomputed blocks run their weight gradients at once: nothing held back into the bubble
+    plan.model.recompute = "full";
+    const auto full = me::plan::estimate_step_time(plan, p, 8);
+    const double full_slot = (full.gemm + full.attention + full.other) / 4;
+    CHECK(full.bubble == Approx(full_slot).epsilon(1e-6));
   }
   SECTION("dp 2: the gradient all-reduce, half exposed; the distributed optimizer shards the update") {
     auto plan = plan_of(c, 2, 1, 1, 2, 8);
