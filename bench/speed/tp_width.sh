@@ -8,10 +8,11 @@
 # profile (train.profile_at, during the warm-up, so that it slows no timed step) of each 2L
 # run, and from every rank's trace of it which ranks are host-bound (bench/speed/trace_ranks.py,
 # its report at the end of the run's log). GPT-39B width (h 8192, 64 heads, seq 2048) and LLaMA-2-70B width (GQA 8, ffn 28672,
-# seq 4096); micro 1, global 8, bf16, the recipes' defaults.
+# seq 4096); micro 1, global 8, bf16, the recipes' defaults (ME_BENCH_MICRO_BATCH=m: micro m,
+# global 8 x m, the same 8 micro-batches a step).
 #   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
 # Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
-# ME_BENCH_TPS ("2 4"), ME_BENCH_STEPS (8), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
+# ME_BENCH_TPS ("2 4"), ME_BENCH_MICRO_BATCH (1), ME_BENCH_STEPS (8), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
 # ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v is set in the environment).
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
@@ -21,6 +22,7 @@ shift
 models=${*:-gpt39b-2l llama70b-2l}
 build=${ME_BENCH_BUILD:-/tmp/b}
 L=${ME_BENCH_L:-1}
+micro=${ME_BENCH_MICRO_BATCH:-1}
 deadline=${ME_BENCH_DEADLINE_S:-500}
 mkdir -p "$out/logs"
 t0=$SECONDS
@@ -48,9 +50,9 @@ run() {
   done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
-  env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=1 ME_BENCH_STEPS=${ME_BENCH_STEPS:-8} ME_BENCH_WARMUP=$warmup \
+  env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=$micro ME_BENCH_STEPS=${ME_BENCH_STEPS:-8} ME_BENCH_WARMUP=$warmup \
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
-    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=8 parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace" \
+    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=$((8 * micro)) parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace" \
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
   # Every rank's trace of the profiled steps: which rank the others wait for (host-bound ones
   # start their kernels microseconds after launching them); the traces themselves are dropped.
