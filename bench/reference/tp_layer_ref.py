@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Plain-PyTorch reference for issue #35: the marginal time of a transformer layer at the user's
-widths under tensor parallelism with sequence parallelism, the same measure as
-bench/speed/tp_width.sh (layers L and 2L, so that only the layers remain; per-GPU efficiency = the
-tp 1 layer time / (tp x the layer time at tp)), forward + backward of one micro-batch of 1 x seq.
+widths (--width gpt39b, llama70b) under tensor parallelism with sequence parallelism, the same
+measure as bench/speed/tp_width.sh (layers L and 2L, so that only the layers remain; per-GPU
+efficiency = the tp 1 layer time / (tp x the layer time at tp)), forward + backward of one
+micro-batch of --micro x seq tokens (tp_width.sh's ME_BENCH_TORCH_REF=1 runs it beside its rows).
 
 Variants, each with the same weights and input:
   sp        Megatron-style sequence parallelism without overlap: all-gather before the column
@@ -30,8 +31,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-WIDTHS = {  # the GPT-39B width: GPT (LayerNorm, biases, GeLU); seq as the recipes
-    "gpt39b": dict(hidden=8192, heads=64, ffn=32768, seq=2048),
+WIDTHS = {  # seq as the recipes (recipes/gpt39b.lua, recipes/llama2_70b.lua)
+    # GPT: LayerNorm, biases, GeLU (tanh), multi-head attention
+    "gpt39b": dict(kind="gpt", hidden=8192, heads=64, groups=64, ffn=32768, seq=2048),
+    # LLaMA: RMSNorm, no biases, SwiGLU, grouped-query attention (8 groups), rotary embeddings
+    "llama70b": dict(kind="llama", hidden=8192, heads=64, groups=8, ffn=28672, seq=4096),
 }
 
 
@@ -99,47 +103,79 @@ class FusedMatmulReduceScatter(torch.autograd.Function):
 
 
 class Block(torch.nn.Module):
-    """A GPT layer's tp-local shard; x is this rank's rows [seq / tp, hidden] of the residual."""
+    """A layer's tp-local shard; x is this rank's rows [micro x seq / tp, hidden] of the residual."""
 
     def __init__(self, w, tp, group, mode):
         super().__init__()
-        h, self.heads = w["hidden"], w["heads"] // tp
-        self.head_dim = h // w["heads"]
+        h, self.llama = w["hidden"], w["kind"] == "llama"
+        self.heads, self.groups = w["heads"] // tp, w["groups"] // tp
+        self.head_dim, self.seq = h // w["heads"], w["seq"]
         self.tp, self.group, self.mode = tp, group, mode
         self.name = group.group_name if group is not None else None
         p = lambda *s: torch.nn.Parameter(torch.randn(*s, device="cuda", dtype=torch.bfloat16) * 0.02)
-        z = lambda *s: torch.nn.Parameter(torch.zeros(*s, device="cuda", dtype=torch.bfloat16))
+        z = lambda *s: None if self.llama else torch.nn.Parameter(torch.zeros(*s, device="cuda", dtype=torch.bfloat16))
         o = lambda *s: torch.nn.Parameter(torch.ones(*s, device="cuda", dtype=torch.bfloat16))
-        self.ln1_w, self.ln1_b, self.ln2_w, self.ln2_b = o(h), z(h), o(h), z(h)
-        self.qkv_w, self.qkv_b = p(3 * h // tp, h), z(3 * h // tp)
-        self.proj_w, self.proj_b = p(h, h // tp), z(h)
-        self.fc1_w, self.fc1_b = p(w["ffn"] // tp, h), z(w["ffn"] // tp)
-        self.fc2_w, self.fc2_b = p(h, w["ffn"] // tp), z(h)
+        qkv = (self.heads + 2 * self.groups) * self.head_dim
+        ffn = w["ffn"] // tp
+        self.n1_w, self.n1_b, self.n2_w, self.n2_b = o(h), z(h), o(h), z(h)
+        self.qkv_w, self.qkv_b = p(qkv, h), z(qkv)
+        self.proj_w, self.proj_b = p(h, self.heads * self.head_dim), z(h)
+        self.fc1_w, self.fc1_b = p(2 * ffn if self.llama else ffn, h), z(ffn)
+        self.fc2_w, self.fc2_b = p(h, ffn), z(h)
+        if self.llama:  # rotary tables for all seq positions, [seq, head_dim / 2]
+            inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, device="cuda").float() / self.head_dim))
+            angles = torch.outer(torch.arange(w["seq"], device="cuda").float(), inv)
+            self.register_buffer("cos", angles.cos().to(torch.bfloat16), persistent=False)
+            self.register_buffer("sin", angles.sin().to(torch.bfloat16), persistent=False)
+
+    def norm(self, x, w, b):
+        return F.rms_norm(x, (x.shape[-1],), w, 1e-5) if self.llama else F.layer_norm(x, (x.shape[-1],), w, b)
+
+    def rotate(self, x):  # x [micro, heads, seq, d]: rotary embedding, halves rotated
+        a, b = x.chunk(2, dim=-1)
+        return torch.cat((a * self.cos - b * self.sin, b * self.cos + a * self.sin), dim=-1)
 
     def column(self, x, w, b):  # x: this rank's rows; all rows of x w^T + b
         if self.tp == 1:
             return F.linear(x, w, b)
         if self.mode == "async":
-            return FusedAllGatherMatmul.apply(x, w, self.name) + b
+            y = FusedAllGatherMatmul.apply(x, w, self.name)
+            return y if b is None else y + b
         return F.linear(AllGatherRows.apply(x, self.group), w, b)
 
     def row(self, y, w, b):  # y: all rows of a tp-split input; this rank's rows of y w^T (summed) + b
         if self.tp == 1:
             return F.linear(y, w, b)
         if self.mode == "async":
-            return FusedMatmulReduceScatter.apply(y, w, self.name) + b
-        return ReduceScatterRows.apply(F.linear(y, w), self.group) + b
+            out = FusedMatmulReduceScatter.apply(y, w, self.name)
+        else:
+            out = ReduceScatterRows.apply(F.linear(y, w), self.group)
+        return out if b is None else out + b
+
+    def attention(self, x):
+        qkv = self.column(self.norm(x, self.n1_w, self.n1_b), self.qkv_w, self.qkv_b)
+        t, s, d = qkv.shape[0], self.seq, self.head_dim  # all rows: micro x seq tokens
+        if self.llama:
+            q, k, v = qkv.split([self.heads * d, self.groups * d, self.groups * d], dim=-1)
+            q, k, v = (z.view(t // s, s, -1, d).transpose(1, 2) for z in (q, k, v))  # [micro, heads, seq, d]
+            y = F.scaled_dot_product_attention(self.rotate(q), self.rotate(k), v, is_causal=True, enable_gqa=True)
+        else:
+            q, k, v = qkv.view(t // s, s, self.heads, 3, d).permute(3, 0, 2, 1, 4).unbind(0)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.row(y.transpose(1, 2).reshape(t, self.heads * d), self.proj_w, self.proj_b)
+
+    def mlp(self, x):
+        h = self.column(self.norm(x, self.n2_w, self.n2_b), self.fc1_w, self.fc1_b)
+        if self.llama:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh")
+        return self.row(h, self.fc2_w, self.fc2_b)
 
     def forward(self, x):
-        h = x.shape[-1]
-        qkv = self.column(F.layer_norm(x, (h,), self.ln1_w, self.ln1_b), self.qkv_w, self.qkv_b)
-        t = qkv.shape[0]
-        q, k, v = qkv.view(t, self.heads, 3, self.head_dim).permute(2, 1, 0, 3).unsqueeze(1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [1, heads, t, d]
-        y = y.squeeze(0).transpose(0, 1).reshape(t, self.heads * self.head_dim)
-        x = x + self.row(y, self.proj_w, self.proj_b)
-        f = F.gelu(self.column(F.layer_norm(x, (h,), self.ln2_w, self.ln2_b), self.fc1_w, self.fc1_b), approximate="tanh")
-        return x + self.row(f, self.fc2_w, self.fc2_b)
+        x = x + self.attention(x)
+        return x + self.mlp(x)
 
 
 def timed(step, iters, warmup):
@@ -160,6 +196,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--width", default="gpt39b", choices=sorted(WIDTHS))
     ap.add_argument("--layers", type=int, default=1, help="L: the stacks have L and 2L layers")
+    ap.add_argument("--micro", type=int, default=1, help="sequences per micro-batch")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--variants", default="sp,sp-graph,async")
@@ -176,7 +213,7 @@ def main():
     group = dist.group.WORLD if distributed else None
     if distributed:  # the communicator made now, not inside a capture
         dist.all_reduce(torch.ones(1, device="cuda"))
-    rows = w["seq"] // tp
+    rows = a.micro * w["seq"] // tp
     results = {}
 
     def stack_of(n, mode):

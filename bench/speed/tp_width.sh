@@ -13,7 +13,10 @@
 #   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
 # Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
 # ME_BENCH_TPS ("2 4"), ME_BENCH_MICRO_BATCH (1), ME_BENCH_STEPS (8), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
-# ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v is set in the environment).
+# ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v is set in the environment),
+# ME_BENCH_TORCH_REF (1: also plain PyTorch's layer at tp 1 and each tp, bench/reference/tp_layer_ref.py,
+# its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
+# in the same units: a micro-batch's time x 8).
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,6 +70,29 @@ run() {
   echo "${ms:-nan} ${exposed:-0} ${hostbound// /}"
 }
 
+# Plain PyTorch's layer of MODEL's width at tp 1 and each tp (bench/reference/tp_layer_ref.py), as rows
+torch_reference() {
+  local model=$1 width=${1%-2l} tp ref=$out/torch_ref.jsonl
+  : > "$ref"
+  for tp in 1 ${ME_BENCH_TPS:-2 4}; do
+    [ "$tp" -le "$gpus" ] || continue
+    if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "PyTorch tp $tp skipped (deadline)"; continue; fi
+    local launch=(python3)
+    [ "$tp" -gt 1 ] && launch=(python3 -m torch.distributed.run --standalone --nproc_per_node "$tp")
+    timeout 200 "${launch[@]}" "$repo/bench/reference/tp_layer_ref.py" --width "$width" --layers "$L" \
+      --micro "$micro" --variants "${ME_BENCH_TORCH_VARIANTS:-sp,sp-graph}" --json "$ref" > "$out/logs/$model-torch-tp$tp.log" 2>&1
+  done
+  python3 - "$ref" "$model" >> "$out/table.md" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+base = {r["variant"]: r["ms_per_layer"] for r in rows if r["tp"] == 1}
+for r in rows:
+    b = base.get(r["variant"])
+    eff = f'{b / (r["tp"] * r["ms_per_layer"]):.2f}' if b else "-"
+    print(f'| {sys.argv[2]} | PyTorch {r["variant"]}, tp {r["tp"]} | {8 * r["ms_per_layer"]:.1f} | {eff} | - | - |')
+PY
+}
+
 # "SP" is the default backend (auto: the copy engines on one node), "SP nccl" NCCL's bulk gathers
 variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl;no SP:parallel.sequence_parallel=false"}
 {
@@ -90,6 +116,7 @@ for model in $models; do
         printf "| %s | tp %d + %s | %.1f | %.2f | %.1f | %s |\n", m, tp, lab, layer, base / (tp * layer), (e2 - e1) / l, hb }' >> "$out/table.md"
     done
   done
+  [ -n "${ME_BENCH_TORCH_REF:-}" ] && torch_reference "$model"
 done
 cat "$out/table.md"
 echo "whole call: $((SECONDS - t0)) s"
