@@ -9,6 +9,10 @@ writes T.json for rank 0 and T.rankN.json for the others), this prints for each 
   - how long its kernels wait after their launch call (median, p10): a few microseconds means
     the GPU waits for the host (host-bound), milliseconds that the host runs ahead;
   - its GPU's busy time, and the part of it spent in wait kernels (NCCL, barrier_kernel);
+  - the time no kernel ran (the multiprocessors idle), split by why: the next kernel's launch call
+    had not returned when the last one ended (host late), or it was queued and a copy ran
+    meanwhile (waiting for copies, e.g. the copy engines' pulls), or neither (other: a wait on
+    an event, launch latency);
   - its host threads' busy time (LibTorch ops and CUDA runtime calls), synchronisations apart;
   - the median host cost of a few common calls (aten::mm, cudaLaunchKernel, cudaMemcpyAsync);
 and, over the barrier kernels that every rank runs in the same order, which rank arrives last.
@@ -42,6 +46,30 @@ def covered(spans):
     return total + (cur_e - cur_s if cur_e is not None else 0.0)
 
 
+def sm_idle(kernels, copies, launches):
+    """Time (us) with no kernel running, split: host late, beside copies, other."""
+    copy_spans, merged = sorted((e["ts"], e["ts"] + e["dur"]) for e in copies), []
+    for s, e in copy_spans:  # the copies' union, for overlaps below
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    late = beside = other = 0.0
+    end = None
+    for e in sorted(kernels, key=lambda e: e["ts"]):
+        if end is not None and e["ts"] > end:  # a gap [end, e["ts"]) that kernel e ends
+            gap0, gap1 = end, e["ts"]
+            launch = launches.get(e.get("args", {}).get("correlation"))
+            if launch is not None and launch["ts"] + launch["dur"] > gap0:
+                late += gap1 - gap0
+            else:
+                c = sum(max(0.0, min(gap1, b) - max(gap0, a)) for a, b in merged)
+                beside += c
+                other += gap1 - gap0 - c
+        end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
+    return late, beside, other
+
+
 def rank_figures(path):
     events = json.load(open(path))["traceEvents"]
     x = [e for e in events if e.get("ph") == "X" and "dur" in e]
@@ -51,7 +79,10 @@ def rank_figures(path):
     host = [e for e in x if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")]
     if not kernels or not host:
         raise SystemExit(f"{path}: no GPU kernels or host events; was it written by train.profile_trace on a GPU?")
-    launches = {e["args"]["correlation"]: e for e in runtime if "correlation" in e.get("args", {})}
+    # Launch calls: the runtime's, and the driver's (cuBLAS launches through cuLaunchKernelEx).
+    launches = {e["args"]["correlation"]: e for e in x
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    idle = sm_idle(kernels, [e for e in gpu if e.get("cat") != "kernel"], launches)
     lags = sorted(e["ts"] - launches[c]["ts"] for e in kernels
                   if (c := e.get("args", {}).get("correlation")) in launches)
     threads = collections.defaultdict(list)
@@ -69,6 +100,7 @@ def rank_figures(path):
         "wait_kernels_ms": sum(e["dur"] for e in kernels if any(w in e["name"] for w in WAIT_KERNELS)) / 1e3,
         "host_busy_ms": sum(covered(v) for v in threads.values()) / 1e3,
         "sync_ms": sum(e["dur"] for e in runtime if e["name"] in SYNC_CALLS) / 1e3,
+        "idle_ms": [v / 1e3 for v in idle],
         "calls_us": {k: statistics.median(v) for k, v in calls.items()},
         "barriers": [e["ts"] for e in kernels if "barrier_kernel" in e["name"]],
     }
@@ -83,11 +115,13 @@ def main(argv):
         base, ext = os.path.splitext(paths[0])
         paths += sorted(glob.glob(f"{base}.rank*{ext}"), key=lambda p: int(p[len(base) + 5:-len(ext)]))
     ranks = [rank_figures(p) for p in paths]
-    print("rank | launch->start median / p10 (us) | GPU busy ms | of it wait kernels ms | host busy ms (sync) | "
+    print("rank | launch->start median / p10 (us) | GPU busy ms | of it wait kernels ms | "
+          "no kernel ms: host late / beside copies / other | host busy ms (sync) | "
           + " | ".join(f"{c} us" for c in HOST_CALLS))
     for r, f in enumerate(ranks):
         print(f"{r} | {f['lag_median_us']:.0f} / {f['lag_p10_us']:.0f} | {f['gpu_busy_ms']:.1f} of {f['span_ms']:.1f} | "
-              f"{f['wait_kernels_ms']:.1f} | {f['host_busy_ms']:.1f} ({f['sync_ms']:.1f}) | "
+              f"{f['wait_kernels_ms']:.1f} | {' / '.join(f'{v:.1f}' for v in f['idle_ms'])} | "
+              f"{f['host_busy_ms']:.1f} ({f['sync_ms']:.1f}) | "
               + " | ".join(f"{f['calls_us'].get(c, float('nan')):.1f}" for c in HOST_CALLS))
     n = min(len(f["barriers"]) for f in ranks)
     if len(ranks) > 1 and n:

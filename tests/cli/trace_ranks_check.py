@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/speed/trace_ranks.py on two synthetic rank traces: rank 1's host is slow (its kernels start
-right after their launch) and it reaches every barrier last; rank 0 runs ahead and waits."""
+right after their launch) and it reaches every barrier last; rank 0 runs ahead and waits. Then the
+idle split on a third trace built to have 60 ms of host lateness, 30 ms beside a copy, 10 ms other."""
 import json
 import os
 import subprocess
@@ -37,6 +38,20 @@ with tempfile.TemporaryDirectory() as d:
     assert rows[1].startswith("1 | 10 / 10"), rows[1]
     assert "last to arrive at the 4 barriers: rank 1 4x" in out.stdout
     assert "host-bound (kernels start within 1 ms of their launch, median): rank(s) 1" in out.stdout
+    # Kernel A [0, 100) ms; B launched at 150 (its call returns at 158), runs [160, 260): 60 ms late;
+    # C launched at 0, runs [300, 400), a copy [250, 290) before it: 30 ms beside it, 10 other.
+    ms = 1000.0
+    launch = lambda corr, at: {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at * ms,
+                               "dur": 8 * ms, "tid": 1, "args": {"correlation": corr}}
+    kernel = lambda corr, at: {"ph": "X", "cat": "kernel", "name": "gemm", "ts": at * ms, "dur": 100 * ms,
+                               "tid": 7, "args": {"correlation": corr}}
+    events = [launch(1, 0), launch(3, 1), launch(2, 150), kernel(1, 0), kernel(2, 160), kernel(3, 300),
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP", "ts": 250 * ms, "dur": 40 * ms, "tid": 9}]
+    json.dump({"traceEvents": events}, open(os.path.join(d, "idle.json"), "w"))
+    out = subprocess.run([sys.executable, script, os.path.join(d, "idle.json")], capture_output=True, text=True)
+    print(out.stdout, out.stderr)
+    row = [l for l in out.stdout.splitlines() if l.startswith("0 ")]
+    assert row and "| 60.0 / 30.0 / 10.0 |" in row[0], row
     # A trace with no GPU events is refused with its name.
     json.dump({"traceEvents": []}, open(os.path.join(d, "cpu.json"), "w"))
     bad = subprocess.run([sys.executable, script, os.path.join(d, "cpu.json")], capture_output=True, text=True)
