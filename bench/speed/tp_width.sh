@@ -16,7 +16,8 @@
 # ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v is set in the environment),
 # ME_BENCH_TORCH_REF (1: also plain PyTorch's layer at tp 1 and each tp, bench/reference/tp_layer_ref.py,
 # its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
-# in the same units: a micro-batch's time x 8).
+# in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
+# tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere).
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -63,6 +64,9 @@ run() {
   if [ "$tp" -gt 1 ] && [ -f "$trace" ]; then
     python3 "$repo/bench/speed/trace_ranks.py" "$trace" >> "$log" 2>&1
     hostbound=$(sed -n 's/^host-bound .*: rank(s) //p' "$log" | tail -1)
+  fi
+  if [ -n "${ME_BENCH_KEEP_TRACES:-}" ] && [ "$tp" -gt 1 ] && [ -f "$trace" ]; then  # for trace_ranks.py later
+    tar czf "$out/traces-$model-L$layers-tp$tp-$label.tgz" -C "$(dirname "$trace")" $(cd "$(dirname "$trace")" && ls "$(basename "${trace%.json}")"*.json)
   fi
   rm -f "${trace%.json}"*.json
   ms=$(grep -o '"ms_per_step": [0-9.]*' "$log" | tail -1 | grep -o '[0-9.]*$')
