@@ -39,32 +39,26 @@ WIDTHS = {  # seq as the recipes (recipes/gpt39b.lua, recipes/llama2_70b.lua)
 }
 
 
-class AllGatherRows(torch.autograd.Function):
+def rows_collective(x, group, gather):
+    """All-gather (gather) or reduce-scatter (sum) of x's rows over the group."""
+    tp = dist.get_world_size(group)
+    out = x.new_empty((x.shape[0] * tp if gather else x.shape[0] // tp,) + tuple(x.shape[1:]))
+    (dist.all_gather_into_tensor if gather else dist.reduce_scatter_tensor)(out, x.contiguous(), group=group)
+    return out
+
+
+class RowsCollective(torch.autograd.Function):
+    """Sequence parallelism's two mappings: an all-gather of the rows, whose gradient is a
+    reduce-scatter, or a reduce-scatter, whose gradient is an all-gather."""
+
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        tp = dist.get_world_size(group)
-        out = x.new_empty((x.shape[0] * tp,) + tuple(x.shape[1:]))
-        dist.all_gather_into_tensor(out, x.contiguous(), group=group)
-        return out
+    def forward(ctx, x, group, gather):
+        ctx.group, ctx.gather = group, gather
+        return rows_collective(x, group, gather)
 
     @staticmethod
     def backward(ctx, dy):
-        return ReduceScatterRows.apply(dy, ctx.group), None
-
-
-class ReduceScatterRows(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        tp = dist.get_world_size(group)
-        out = x.new_empty((x.shape[0] // tp,) + tuple(x.shape[1:]))
-        dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx, dy):
-        return AllGatherRows.apply(dy, ctx.group), None
+        return rows_collective(dy, ctx.group, not ctx.gather), None, None
 
 
 class FusedAllGatherMatmul(torch.autograd.Function):
@@ -141,7 +135,7 @@ class Block(torch.nn.Module):
         if self.mode == "async":
             y = FusedAllGatherMatmul.apply(x, w, self.name)
             return y if b is None else y + b
-        return F.linear(AllGatherRows.apply(x, self.group), w, b)
+        return F.linear(RowsCollective.apply(x, self.group, True), w, b)
 
     def row(self, y, w, b):  # y: all rows of a tp-split input; this rank's rows of y w^T (summed) + b
         if self.tp == 1:
@@ -149,7 +143,7 @@ class Block(torch.nn.Module):
         if self.mode == "async":
             out = FusedMatmulReduceScatter.apply(y, w, self.name)
         else:
-            out = ReduceScatterRows.apply(F.linear(y, w), self.group)
+            out = RowsCollective.apply(F.linear(y, w), self.group, False)
         return out if b is None else out + b
 
     def attention(self, x):
