@@ -33,27 +33,25 @@ SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
 HOST_CALLS = ("aten::mm", "cudaLaunchKernel", "cudaMemcpyAsync")
 
 
-def covered(spans):
-    """Time covered by the union of [start, end) spans."""
-    total, cur_s, cur_e = 0.0, None, None
+def union(spans):
+    """The union of [start, end) spans, as disjoint [start, end] lists in order."""
+    merged = []
     for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0.0)
-
-
-def sm_idle(kernels, copies, launches):
-    """Time (us) with no kernel running, split: host late, beside copies, other."""
-    copy_spans, merged = sorted((e["ts"], e["ts"] + e["dur"]) for e in copies), []
-    for s, e in copy_spans:  # the copies' union, for overlaps below
         if merged and s <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], e)
         else:
             merged.append([s, e])
+    return merged
+
+
+def covered(spans):
+    """Time covered by the union of [start, end) spans."""
+    return sum(e - s for s, e in union(spans))
+
+
+def sm_idle(kernels, copies, launches):
+    """Time (us) with no kernel running, split: host late, beside copies, other."""
+    merged = union((e["ts"], e["ts"] + e["dur"]) for e in copies)
     late = beside = other = 0.0
     end = None
     for e in sorted(kernels, key=lambda e: e["ts"]):
