@@ -208,7 +208,6 @@ def main():
     if distributed:  # the communicator made now, not inside a capture
         dist.all_reduce(torch.ones(1, device="cuda"))
     rows = a.micro * w["seq"] // tp
-    results = {}
 
     def stack_of(n, mode):
         torch.manual_seed(1234)  # the same weights on every rank's shard and for every variant
@@ -224,7 +223,7 @@ def main():
             model = torch.cuda.make_graphed_callables(model, (x,), num_warmup_iters=3)
 
         def step():
-            for p in (model.parameters() if hasattr(model, "parameters") else []):
+            for p in model.parameters():  # make_graphed_callables returns the module itself
                 p.grad = None
             x.grad = None
             model(x).backward(dy)
@@ -269,7 +268,6 @@ def main():
         layer = (t2 - t1) / a.layers
         row = dict(width=a.width, tp=tp, variant=variant, ms_stack_L=round(t1, 3), ms_stack_2L=round(t2, 3),
                    ms_per_layer=round(layer, 3), gpu=torch.cuda.get_device_name(), torch=torch.__version__)
-        results[variant] = row
         if rank == 0:
             print(json.dumps(row), flush=True)
             if a.json:
