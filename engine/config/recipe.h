@@ -129,6 +129,12 @@ struct ParallelSpec {
   // side stream, each peer's rows multiplied as soon as they are in). The copy engines always
   // multiply each peer's rows as they land.
   std::string tp_gather;
+  // Under sequence parallelism with tp_comm_overlap, a linear layer's backward holds its
+  // weight-gradient GEMM until the next tensor-parallel collective of backward starts and runs it
+  // beside that collective (parallel::DelayedWeightGrad; Transformer Engine's delayed wgrad): the
+  // output gradient's all-gather then hides behind a whole GEMM and the input-gradient GEMM runs
+  // unsplit. false: the all-gathers beside the input-gradient GEMM, split per rank's rows.
+  bool tp_delay_wgrad{};
   // `parallel = "auto"`: tp, pp, sequence parallelism, recompute, the micro batch and the
   // distributed optimizer chosen by the layout planner for the job's GPUs at start
   // (engine/plan/layout_search.h; bindings/lua/megaengine.lua writes the choice into the
@@ -292,6 +298,7 @@ void visit_fields(S& p, V&& v) {
   v("tp_symmetric_mb", p.tp_symmetric_mb);
   v("tp_comm_backend", p.tp_comm_backend);
   v("tp_gather", p.tp_gather);
+  v("tp_delay_wgrad", p.tp_delay_wgrad);
   v("auto", p.auto_layout);
 }
 

@@ -60,8 +60,8 @@ torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); 
 // pulled copies, or the sums of what was pushed to it): the signal stream waits for the compute
 // stream at the start of each all-gather.
 
-// One copy stream per peer, so that the pulls from (pushes to) several peers run on several copy
-// engines at once.
+// Copy streams: the reduce-scatters push to the k-th peer on the k-th, as each chunk is computed;
+// the all-gathers pull on the first, one peer after another.
 c10::cuda::CUDAStream peer_stream(c10::DeviceIndex device, int k) { return side_stream(device, k); }
 // The all-gathers' barriers, apart from the compute stream (high priority: one small block).
 c10::cuda::CUDAStream signal_stream(c10::DeviceIndex device) { return side_stream(device, -1); }
@@ -84,27 +84,32 @@ at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
 }
 enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
 
-// all_gather_rows on the copy engines: this rank's rows into its slot, a barrier, then every
-// peer's rows pulled from its slot into the result (one copy stream per peer) while the GEMM of
-// this rank's own rows runs; each peer's rows multiplied as soon as they have landed. The result
-// needs no record_stream: the compute stream waits for every pull before this returns, so the
-// allocator's stream-ordered reuse of its block is safe (and record_stream's events would be
-// polled on every allocation after).
-torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
+// The copy engines' all-gather, started: this rank's rows into its slot and into the result, a
+// barrier on the signal stream (so that the compute stream does not wait for the last rank to
+// arrive: at tp 4 the ranks drift apart), then every peer's rows pulled from its slot into the
+// result, one peer after another on one copy stream, in ring order, each pull's event recorded.
+// One stream: the pulls share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers: three
+// peers at once are no faster than one after another), and in order each peer's rows land when
+// the GEMM that waits for them comes next (on three streams the copy engines served them in any
+// order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
+// the compute stream wait for every pull (wait_for_pull) before the result is used elsewhere, so
+// the allocator's stream-ordered reuse of its block is safe.
+struct PeerGather {
+  torch::Tensor gathered;  // [b, s, ...]
+  int64_t rows = 0;        // each rank's rows
+};
+PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& tp) {
   auto& peers = *tp.peers;
   const int size = peers.size(), rank = peers.rank();
   ME_CHECK(size <= kMaxPeers, "copy-engine collectives: at most ", kMaxPeers, " ranks, got ", size);
   const auto device = in.device().index();
   const auto compute = c10::cuda::getCurrentCUDAStream(device);
   const auto local = rows2d(in);
-  const int64_t m = local.size(0), first = m * rank;
   const size_t bytes = nbytes(local);
-  auto gathered = torch::empty(gathered_tokens_shape(in, size), in.options());
-  char* all = static_cast<char*>(gathered.data_ptr());
+  PeerGather g{torch::empty(gathered_tokens_shape(in, size), in.options()), local.size(0)};
+  char* all = static_cast<char*>(g.gathered.data_ptr());
   const int s = peers.next_slot();
-  // This rank's rows into its slot and the barrier on the signal stream; the compute stream
-  // goes on to this rank's own GEMM. `in` outlives the copy: the compute stream waits below for
-  // the pulls, which follow it.
+  // `in` outlives the copies: the compute stream waits for the pulls, which follow them.
   const auto signal = signal_stream(device);
   auto& input_ready = reused_event(device, kInputReady);
   input_ready.record(compute);
@@ -114,21 +119,34 @@ torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel
   auto& published = reused_event(device, kPublished);
   published.record(signal);
   kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, compute.stream());
+  const auto pulls = peer_stream(device, 1);
+  published.block(pulls);
   for (int k = 1; k < size; ++k) {
     const int from = (rank + k) % size;
-    const auto stream = peer_stream(device, k);
-    published.block(stream);
-    kernels::PeerBuffers::copy(all + static_cast<size_t>(from) * bytes, peers.slot(from, s), bytes, stream.stream());
-    reused_event(device, kArrived + k).record(stream);
+    kernels::PeerBuffers::copy(all + static_cast<size_t>(from) * bytes, peers.slot(from, s), bytes, pulls.stream());
+    reused_event(device, kArrived + k).record(pulls);
   }
-  rows(local, first);
-  const auto all_rows = rows2d(gathered);
-  for (int k = 1; k < size; ++k) {  // each peer's rows as soon as they are in
-    reused_event(device, kArrived + k).block(compute);
-    const int64_t from = m * ((rank + k) % size);
-    rows(all_rows.narrow(0, from, m), from);
+  return g;
+}
+
+// The compute stream waits for the k-th pull of start_peer_all_gather (k = 1 .. size - 1).
+void wait_for_pull(c10::DeviceIndex device, int k) {
+  reused_event(device, kArrived + k).block(c10::cuda::getCurrentCUDAStream(device));
+}
+
+// all_gather_rows on the copy engines: the GEMM of this rank's own rows while the pulls run, then
+// each peer's rows as soon as they have landed.
+torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
+  const auto g = start_peer_all_gather(in, tp);
+  const int size = tp.peers->size(), rank = tp.peers->rank();
+  const auto all_rows = rows2d(g.gathered);
+  rows(rows2d(in), g.rows * rank);
+  for (int k = 1; k < size; ++k) {
+    wait_for_pull(in.device().index(), k);
+    const int64_t from = g.rows * ((rank + k) % size);
+    rows(all_rows.narrow(0, from, g.rows), from);
   }
-  return gathered;
+  return g.gathered;
 }
 
 // Pushes rows [to x n, (to + 1) x n) of this rank's partial sums to rank `to`'s slot s, at this
@@ -286,6 +304,28 @@ torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& 
   const auto all = rows2d(gathered);
   if (first > 0) rows(all.narrow(0, 0, first), 0);
   if (first + m < total) rows(all.narrow(0, first + m, total - first - m), first + m);
+  return gathered;
+}
+
+torch::Tensor all_gather_beside(const torch::Tensor& local, const TensorParallel& tp, const std::function<void()>& beside) {
+  ME_CHECK(local.dim() >= 2, "all_gather_beside: expected [batch, seq / tp, ...], got shape ", local.sizes());
+  auto in = local.contiguous();
+#if ME_PEER_COLLECTIVES
+  if (peers_take(in, tp, nbytes(in))) {
+    auto g = start_peer_all_gather(in, tp);
+    beside();
+    for (int k = 1; k < tp.peers->size(); ++k) wait_for_pull(in.device().index(), k);
+    return g.gathered;
+  }
+#endif
+  auto& group = *tp.group;
+  auto gathered = torch::empty(gathered_tokens_shape(in, group.size()), in.options());
+  auto join = start_collective({in, gathered}, [&] { group.all_gather(gathered, in); });
+  {
+    SmMarginForCollective margin(in, tp);
+    beside();
+  }
+  join();
   return gathered;
 }
 

@@ -54,6 +54,11 @@ using RowsInto = std::function<void(const torch::Tensor& in, int64_t first)>;
 // else on the rows before it and the rows after it once all are.
 torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows);
 
+// All-gathers `local` ([b, s / tp, ...]) into [b, s, ...], which it returns, while beside()
+// runs on the current stream (backward's held weight-gradient GEMM: DelayedWeightGrad): on the
+// copy engines, or NCCL on the side stream; on the CPU the gather first.
+torch::Tensor all_gather_beside(const torch::Tensor& local, const TensorParallel& tp, const std::function<void()>& beside);
+
 // Returns this rank's chunk ([chunk_rows, cols]) of the sum over ranks of a [tp x chunk_rows,
 // cols] partial result whose rows partial(first, n) computes (a new 2-D tensor): each other
 // rank's rows first, each sent to that rank as soon as it is computed (ring order, so every pair

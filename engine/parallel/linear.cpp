@@ -10,6 +10,8 @@
 #include "engine/parallel/collective_matmul.h"
 #include "engine/parallel/mappings.h"
 
+#include <torch/csrc/autograd/engine.h>
+
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -54,6 +56,38 @@ void WeightGradQueue::run_down_to(size_t keep) {
 void WeightGradQueue::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   batches_.clear();
+}
+
+namespace {
+std::mutex delayed_mutex;
+std::function<void()> delayed;  // DelayedWeightGrad's held GEMM
+}  // namespace
+
+void DelayedWeightGrad::hold(std::function<void()> gemms) {
+  std::function<void()> older;
+  {
+    std::lock_guard<std::mutex> lock(delayed_mutex);
+    older = std::move(delayed);
+    delayed = std::move(gemms);
+  }
+  if (older) older();
+  // At the latest when this backward pass ends (a recomputed block's nested pass included).
+  torch::autograd::Engine::get_default_engine().queue_callback([] { DelayedWeightGrad::run(); });
+}
+
+void DelayedWeightGrad::run() {
+  std::function<void()> gemms;
+  {
+    std::lock_guard<std::mutex> lock(delayed_mutex);
+    gemms = std::move(delayed);
+    delayed = nullptr;
+  }
+  if (gemms) gemms();
+}
+
+void DelayedWeightGrad::drop() {
+  std::lock_guard<std::mutex> lock(delayed_mutex);
+  delayed = nullptr;
 }
 
 torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
@@ -105,22 +139,39 @@ std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor
   return {dw, db};
 }
 
-// compute_weight_grads, or, while the sink holds weight gradients back (a pipeline schedule's
-// parallel.pp_deferred_wgrads) and both go into its main grads, the same GEMMs queued for later
-// (but inside a recomputed block's backward: WeightGradsInline).
+// compute_weight_grads, or, when both go into the sink's main grads, the same GEMMs for later:
+// queued while the sink holds weight gradients back (a pipeline schedule's
+// parallel.pp_deferred_wgrads; but inside a recomputed block's backward: WeightGradsInline),
+// else, with `delay`, held for the next tensor-parallel collective (DelayedWeightGrad).
 std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, const torch::Tensor& x,
                                                      const torch::Tensor& w, const torch::Tensor& b,
-                                                     MainGradSink* sink, const std::optional<Fp8WeightGrad>& q = {}) {
+                                                     MainGradSink* sink, const std::optional<Fp8WeightGrad>& q = {},
+                                                     bool delay = false) {
   bool accumulate = false;
-  if (auto* queue = sink && !WeightGradsInline::active() ? sink->held_back() : nullptr;
-      queue && sink->main_grad(w, &accumulate).defined() && (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
-    queue->push([dy, x, w, b, sink, q] {
+  auto* queue = sink && !WeightGradsInline::active() ? sink->held_back() : nullptr;
+  if ((queue || (delay && sink)) && sink->main_grad(w, &accumulate).defined() &&
+      (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
+    auto gemms = [dy, x, w, b, sink, q] {
       torch::NoGradGuard no_grad;  // as inside backward: plain GEMMs into the buffer
       compute_weight_grads(dy, x, w, b, sink, q);
-    });
+    };
+    if (queue) queue->push(std::move(gemms));
+    else DelayedWeightGrad::hold(std::move(gemms));
     return {};
   }
   return compute_weight_grads(dy, x, w, b, sink, q);
+}
+
+// Whether a layer communicating over `tp` holds its weight gradients for backward's next TP
+// collective and runs the one held before beside its own (parallel.tp_delay_wgrad).
+bool delays_wgrad(const TensorParallel* tp, const LinearComm& comm) {
+  return tp && tp->active() && tp->delay_wgrad && tp->sequence_parallel && tp->overlap_comm && !comm.fp8;
+}
+
+// The output gradient dy of a row layer, gathered over the tokens while the weight-gradient GEMM
+// held from the layer before runs (DelayedWeightGrad).
+torch::Tensor gathered_beside_held(const torch::Tensor& dy, const TensorParallel& tp) {
+  return all_gather_beside(dy, tp, [] { DelayedWeightGrad::run(); });
 }
 
 // {x w^T + b, gelu of it} from one GEMM (cuBLASLt's epilogue), or composed where cuBLASLt offers
@@ -340,6 +391,9 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       auto g = fp8_input_grad(ctx, grads[0], x, w, comm);
       dy = g.dy, dx = g.dx, q = g.wgrad;
       if (ctx->saved_data.count("pre")) dx = at::gelu_backward(dx, ctx->saved_data["pre"].toTensor(), "tanh");
+    } else if (const auto* out_tp = comm.row_tp(); out_tp && delays_wgrad(out_tp, comm)) {
+      dy = rows_of(gathered_beside_held(grads[0].contiguous(), *out_tp));
+      dx = dy.mm(w).view(x.sizes());
     } else if (const auto* out_tp = comm.row_tp()) {
       dx = torch::empty(x.sizes(), x.options());
       const auto dx2 = rows_in(dx);
@@ -354,12 +408,14 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     std::function<void()> join = [] {};
     const auto* tp = comm.column_tp();
     if (tp) reduce_input_grad(dx, *tp, join);
+    const bool delay = delays_wgrad(tp ? tp : comm.row_tp(), comm);
+    std::optional<SmMarginForCollective> margin;
+    if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
+    if (tp && delay) DelayedWeightGrad::run();           // the layer before's GEMM, beside it
     torch::Tensor dw, db;
-    if (ctx->needs_input_grad(1) || (b.defined() && ctx->needs_input_grad(2))) {  // not for a frozen layer
-      std::optional<SmMarginForCollective> margin;
-      if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
-      std::tie(dw, db) = weight_grads(dy, q ? torch::Tensor() : rows_of(x), w, b, comm.sink, q);
-    }
+    if (ctx->needs_input_grad(1) || (b.defined() && ctx->needs_input_grad(2)))  // not for a frozen layer
+      std::tie(dw, db) = weight_grads(dy, q ? torch::Tensor() : rows_of(x), w, b, comm.sink, q, delay);
+    margin.reset();
     join();
     return input_grads({dx, dw, db});
   }
@@ -394,7 +450,11 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
       dgelu_into(rows, w, pre2.narrow(0, first, n), dpre2.narrow(0, first, n));
     };
     torch::Tensor dy;
-    if (const auto* out_tp = comm.row_tp()) {
+    const bool delay = delays_wgrad(comm.row_tp(), comm);
+    if (const auto* out_tp = comm.row_tp(); out_tp && delay) {
+      dy = rows_of(gathered_beside_held(grads[0].contiguous(), *out_tp));
+      rows_into(dy, 0);
+    } else if (const auto* out_tp = comm.row_tp()) {
       dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, rows_into));
     } else {
       dy = rows_of(grads[0]);
@@ -402,7 +462,7 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
     }
     torch::Tensor dw, db;
     if (ctx->needs_input_grad(2) || (b.defined() && ctx->needs_input_grad(3)))  // not for a frozen layer
-      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, b, comm.sink);
+      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, b, comm.sink, {}, delay);
     return input_grads({dpre, torch::Tensor(), dw, db});
   }
 };

@@ -33,6 +33,20 @@ class WeightGradQueue {
   std::deque<std::vector<std::function<void()>>> batches_;
 };
 
+// One weight-gradient GEMM a linear layer's backward holds (parallel.tp_delay_wgrad) until the
+// next tensor-parallel collective of backward starts, to run beside it: the all-gather of the
+// layer before hides behind a whole GEMM instead of the input-gradient GEMM split per rank's
+// rows, and that GEMM runs unsplit. What is held runs at the latest when autograd's backward
+// pass ends (a final callback the holder queues), so no gradient is left out of the step. Each
+// GEMM still adds into its own main grad in micro-batch order: the same bits. Process-wide: one
+// GPU per process, whose backward runs on one thread.
+class DelayedWeightGrad {
+ public:
+  static void hold(std::function<void()> gemms);  // runs the GEMM held before, if any, first
+  static void run();                              // the held GEMM, if any
+  static void drop();                             // what a step that failed part-way left
+};
+
 // While one lives on this thread, the linear layers run their weight-gradient GEMMs at once even
 // where a pipeline stage holds them back (MainGradSink::held_back). A fully recomputed block's
 // backward sets it: a held-back GEMM would keep the block's rebuilt inputs and output gradients

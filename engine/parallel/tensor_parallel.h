@@ -27,6 +27,10 @@ struct TensorParallel {
   // multiplied as they arrive (parallel.tp_gather = "ring"); false: one collective beside the
   // GEMM of this rank's rows (collective_matmul.h).
   bool gather_ring = false;
+  // Under sequence parallelism with the overlap, backward's all-gathers and reduce-scatters run
+  // beside the weight-gradient GEMM of the layer before, held until then (DelayedWeightGrad,
+  // parallel.tp_delay_wgrad); false: the all-gathers beside the split input-gradient GEMM.
+  bool delay_wgrad = true;
   // Registered buffers the overlapped sequence-parallel all-gathers fill in place (NCCL's
   // symmetric kernels; parallel.tp_symmetric_mb); null: ordinary memory. Not owned.
   SymmetricSlots* slots = nullptr;

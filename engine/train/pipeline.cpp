@@ -136,6 +136,7 @@ torch::Tensor PipelineSchedule::train(const torch::Tensor& tokens, const torch::
                                       int64_t micro_batches, double loss_scale, const Hooks& hooks) {
   const int prev = stage_ > 0 ? stage_ - 1 : -1, next = stage_ < stages_ - 1 ? stage_ + 1 : -1;
   held_.clear();  // a step that threw part-way may have left its GEMMs behind
+  parallel::DelayedWeightGrad::drop();
   StepRun run(*this, tokens, labels, micro, micro_batches, loss_scale, hooks);
   // After a backward's send, the stage keeps at most deferred_wgrads_ - 1 micro-batches' weight
   // gradients held (1: each runs right after its own input gradient has left).

@@ -192,6 +192,7 @@ void Trainer::build_model() {
   tp.overlap_comm = par.tp_comm_overlap;
   tp.comm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
   tp.gather_ring = par.tp_gather == "ring";
+  tp.delay_wgrad = par.tp_delay_wgrad;
   if (groups_ && par.tp_symmetric_mb > 0) {
     auto* group = groups_->tp.get();
     const auto device = device_;

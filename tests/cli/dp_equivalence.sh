@@ -14,7 +14,8 @@
 # pp with and without dp / tp, untied embeddings, uneven and balanced stages, a middle stage,
 # held-back weight gradients at 0 and 2, full recomputation in a pipeline, unfused gradient
 # accumulation, LLaMA, bf16 gradient reduction with and without the distributed optimizer); the
-# whole list, every combination above (~2x the time), runs with ME_FULL_TESTS=1:
+# whole list, every combination above (~2x the time), runs with ME_FULL_TESTS=1; some pairs alone
+# with ME_EQUIV_LAYOUTS="name:reference[:tolerance] ...":
 #   ME_FULL_TESTS=1 bash tests/cli/dp_equivalence.sh build/megaengine [gpt]
 set -euo pipefail
 bin=$1
@@ -61,7 +62,7 @@ else
            pp2_held0:pp2:1e-30 pp2_dp2_distopt_held0:pp2_dp2_distopt:1e-30 tp2_pp2_sp_held3:tp2_pp2_sp:1e-30
            pp4_4layers_held4:pp4_4layers:1e-30 pp3_uneven_held0:pp3_uneven_1_1_2:1e-30 llama_pp2_held2:llama_pp2:1e-30
            pp3_balanced:dp1_4layers tp4_sp_ring:dp1 fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2 fp8_dp2_distopt:fp8_dp1:1e-2
-           pp2_full:dp1"
+           pp2_full:dp1 tp2_sp_full:dp1 tp2_sp_full_nodelay:tp2_sp_full:1e-30"
   # CI: every switch above once (the header's list); the pairs left out repeat a switch in
   # another combination: dp1_unfused dp2 dp4 tp2_dp2 tp2_sp_slots tp2_pp2_sp pp2_uneven_3_1
   # pp4_4layers and the held-back 3 and 4 (pp4_4layers_held4, tp2_pp2_sp_held3), pp3_uneven_held0,
@@ -73,7 +74,8 @@ else
            pp3_uneven_1_1_2:dp1_4layers pp3_balanced:dp1_4layers pp2_full:dp1
            llama_pp2:llama_dp1 llama_pp2_held2:llama_pp2:1e-30 llama_tp2_sp:llama_dp1 llama_dp2_distopt:llama_dp1
            bf16_dp2_g16:bf16_dp1:2e-2 bf16_dp2_distopt_g16:bf16_dp1:2e-2 tp4_sp_ring:dp1
-           fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2"
+           fp8_pp2:fp8_dp1:1e-2 fp8_tp2_sp:fp8_dp1:1e-2 tp2_sp_full:dp1 tp2_sp_full_nodelay:tp2_sp_full:1e-30"
+  layouts=${ME_EQUIV_LAYOUTS:-$layouts}
   run dp1 1
   # gradient-accumulation fusion (on everywhere else) against autograd's own weight gradients
   run dp1_unfused 1 parallel.grad_accumulation_fusion=false
@@ -134,6 +136,11 @@ else
   # full recomputation in a pipeline: the rebuilt blocks run their weight gradients at once
   # (parallel::WeightGradsInline), the output layer's are still held back
   run pp2_full 2 parallel.pp=2 model.recompute=full
+  # weight gradients held for backward's next TP collective (parallel.tp_delay_wgrad, on in every
+  # overlapped sequence-parallel layout above), here inside fully recomputed blocks' nested
+  # backward passes: the same bits as running each at once
+  run tp2_sp_full 2 parallel.tp=2 parallel.sequence_parallel=true model.recompute=full
+  run tp2_sp_full_nodelay 2 parallel.tp=2 parallel.sequence_parallel=true model.recompute=full parallel.tp_delay_wgrad=false
 fi
 
 status=0
