@@ -163,9 +163,11 @@ std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, co
 }
 
 // Whether a layer communicating over `tp` holds its weight gradients for backward's next TP
-// collective and runs the one held before beside its own (parallel.tp_delay_wgrad).
+// collective and runs the one held before beside its own (parallel.tp_delay_wgrad). Not while a
+// pipeline stage holds them back for later (they would not be there to run beside anything).
 bool delays_wgrad(const TensorParallel* tp, const LinearComm& comm) {
-  return tp && tp->active() && tp->delay_wgrad && tp->sequence_parallel && tp->overlap_comm && !comm.fp8;
+  const bool queued = comm.sink && comm.sink->held_back() && !WeightGradsInline::active();
+  return tp && tp->active() && tp->delay_wgrad && tp->sequence_parallel && tp->overlap_comm && !comm.fp8 && !queued;
 }
 
 // The output gradient dy of a row layer, gathered over the tokens while the weight-gradient GEMM
