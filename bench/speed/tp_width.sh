@@ -115,6 +115,10 @@ for model in $models; do
       label=${variant%%:*} overrides=${variant#*:}
       read -r a e1 <<< "$(run "$model" "$L" "$tp" "${label// /_}" $overrides)"
       read -r b e2 hb <<< "$(run "$model" $((2 * L)) "$tp" "${label// /_}" $overrides)"
+      if ! [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]]; then  # skipped at the deadline, or failed
+        echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - |" >> "$out/table.md"
+        continue
+      fi
       awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="${hb:--}" 'BEGIN {
         layer = (b - a) / l
         printf "| %s | tp %d + %s | %.1f | %.2f | %.1f | %s |\n", m, tp, lab, layer, base / (tp * layer), (e2 - e1) / l, hb }' >> "$out/table.md"
