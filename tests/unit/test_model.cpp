@@ -447,6 +447,52 @@ TEST_CASE("held-back weight gradients on the GPU", "[model][gpu]") {
   check_held_back_weight_grads(torch::Device(torch::kCUDA, 0), torch::kBFloat16, "full");
 }
 
+namespace {
+// An autograd function whose backward holds `gemm` for the next collective (DelayedWeightGrad),
+// as a linear layer's backward does under parallel.tp_delay_wgrad.
+std::vector<std::string>* delayed_log = nullptr;
+struct HoldsInBackward : public torch::autograd::Function<HoldsInBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const std::string& name) {
+    ctx->saved_data["name"] = name;
+    return x * 2;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const auto name = ctx->saved_data["name"].toStringRef();
+    delayed_log->push_back("backward " + name);
+    me::parallel::DelayedWeightGrad::hold([name] { delayed_log->push_back("gemm " + name); });
+    if (name == "throws") throw std::runtime_error("backward failed after holding");
+    return {g[0] * 2, torch::Tensor()};
+  }
+};
+}  // namespace
+
+TEST_CASE("delayed weight gradients: each held one runs beside the next collective, the last when backward ends", "[model]") {
+  std::vector<std::string> log;
+  delayed_log = &log;
+  auto x = torch::ones({2}, torch::requires_grad());
+  auto y = HoldsInBackward::apply(HoldsInBackward::apply(x, "first"), "second");  // backward: second, then first
+  y.sum().backward();
+  // Holding "first" ran "second" (held before it); the end of the pass ran "first".
+  CHECK(log == std::vector<std::string>{"backward second", "backward first", "gemm second", "gemm first"});
+  CHECK(x.grad().equal(torch::full({2}, 4.0)));
+
+  log.clear();
+  auto z = HoldsInBackward::apply(x, "lone");
+  z.sum().backward();
+  me::parallel::DelayedWeightGrad::run();  // nothing held any more: no second run
+  CHECK(log == std::vector<std::string>{"backward lone", "gemm lone"});
+
+  // A pass that failed part-way leaves its GEMM held; the next step drops it (PipelineSchedule::train).
+  log.clear();
+  auto w = HoldsInBackward::apply(x, "throws");
+  CHECK_THROWS(w.sum().backward());
+  CHECK(log == std::vector<std::string>{"backward throws"});
+  me::parallel::DelayedWeightGrad::drop();
+  me::parallel::DelayedWeightGrad::run();
+  CHECK(log == std::vector<std::string>{"backward throws"});
+  delayed_log = nullptr;
+}
+
 TEST_CASE("symmetric slots: one size, given back when the tensor dies, nothing past the limit", "[model]") {
   std::vector<int64_t> allocations;
   auto allocate = [&](int64_t bytes) {
