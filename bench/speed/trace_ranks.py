@@ -19,6 +19,12 @@ and, over the barrier kernels that every rank runs in the same order, which rank
 
     python3 bench/speed/trace_ranks.py T.json [T.rank1.json ...]    (default: T.rank*.json beside T.json)
 
+With --timeline FROM_MS LENGTH_MS it prints instead one trace's GPU events in that window (from
+its first GPU event): start and duration in microseconds, stream, kind and name, to read where a
+layer waits (e.g. which pull a GEMM waits for, a barrier's length):
+
+    python3 bench/speed/trace_ranks.py --timeline 35.0 1.5 T.rank1.json
+
 Standard library only: it runs wherever the traces are copied.
 """
 import collections
@@ -104,10 +110,32 @@ def rank_figures(path):
     }
 
 
+def timeline(path, from_ms, length_ms):
+    """Lines 'start_us dur_us stream kind name' of the GPU events in [from_ms, from_ms + length_ms)."""
+    gpu = [e for e in json.load(open(path))["traceEvents"]
+           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if not gpu:
+        raise SystemExit(f"{path}: no GPU events")
+    t0 = min(e["ts"] for e in gpu)
+    lines = []
+    for e in sorted(gpu, key=lambda e: e["ts"]):
+        t = e["ts"] - t0
+        if from_ms * 1e3 <= t < (from_ms + length_ms) * 1e3:
+            kind = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "set"}[e["cat"]]
+            lines.append(f"{t:10.1f} {e['dur']:8.1f}  stream {e.get('tid')!s:<4} {kind:6} {e['name'][:100]}")
+    return lines
+
+
 def main(argv):
     if not argv:
-        print(__doc__.strip().splitlines()[-3], file=sys.stderr)
+        print("usage: trace_ranks.py T.json [T.rank1.json ...] | --timeline FROM_MS LENGTH_MS T.json", file=sys.stderr)
         return 2
+    if argv[0] == "--timeline":
+        if len(argv) != 4:
+            print("usage: trace_ranks.py --timeline FROM_MS LENGTH_MS TRACE.json", file=sys.stderr)
+            return 2
+        print("\n".join(timeline(argv[3], float(argv[1]), float(argv[2]))))
+        return 0
     paths = argv
     if len(paths) == 1:
         base, ext = os.path.splitext(paths[0])

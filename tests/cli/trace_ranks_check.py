@@ -52,8 +52,18 @@ with tempfile.TemporaryDirectory() as d:
     print(out.stdout, out.stderr)
     row = [l for l in out.stdout.splitlines() if l.startswith("0 ")]
     assert row and "| 60.0 / 30.0 / 10.0 |" in row[0], row
+    # --timeline: rank 0's GPU events from 1 ms for 0.35 ms (its first GPU event at 0: the barrier at
+    # 0 us; then the barrier at 1000 us and the GEMMs launched at 1100, 1200, 1300 + 5000 us lag are
+    # outside the window)
+    out = subprocess.run([sys.executable, script, "--timeline", "1.0", "0.35", os.path.join(d, "t.json")],
+                         capture_output=True, text=True)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.returncode
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].split()[:2] == ["1000.0", "400.0"] and "barrier_kernel" in lines[0], lines
     # A trace with no GPU events is refused with its name.
     json.dump({"traceEvents": []}, open(os.path.join(d, "cpu.json"), "w"))
     bad = subprocess.run([sys.executable, script, os.path.join(d, "cpu.json")], capture_output=True, text=True)
     assert bad.returncode != 0 and "cpu.json: no GPU kernels" in bad.stderr, bad.stderr
 print("trace_ranks: ok")
+
