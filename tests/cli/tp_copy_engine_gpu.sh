@@ -41,10 +41,14 @@ paste "$tmp/copy_engine.loss" "$tmp/auto.loss" | awk '{ d = ($1 - $2) / $1; if (
 follows nccl copy_engine ""
 grep -h "tokens/s" "$tmp/nccl.log" | tail -1 | sed 's/^/nccl:        /'
 grep -h "tokens/s" "$tmp/copy_engine.log" | tail -1 | sed 's/^/copy_engine: /'
-# With 4 GPUs also tp 4, where each rank pulls from and pushes to three peers at once on three
-# copy streams: it follows NCCL's losses too.
+# With 4 GPUs also tp 4, where each rank pulls from three peers one after another and pushes to
+# them on three copy streams: it follows NCCL's losses too, and so does the copy engines' path
+# without the delayed weight gradients (parallel.tp_delay_wgrad = false: all-gathers beside the
+# input-gradient GEMM split per rank's rows).
 if [ "$gpus" -ge 4 ]; then
   for backend in nccl copy_engine; do train "tp4_$backend" 4 parallel.tp=4 parallel.tp_comm_backend=$backend; done
+  train tp4_copy_engine_nodelay 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine parallel.tp_delay_wgrad=false
   follows tp4_nccl tp4_copy_engine "tp 4: "
+  follows tp4_copy_engine tp4_copy_engine_nodelay "tp 4 without tp_delay_wgrad: "
 fi
 echo "tp_copy_engine_gpu: passed"
