@@ -17,7 +17,8 @@
 # ME_BENCH_TORCH_REF (1: also plain PyTorch's layer at tp 1 and each tp, bench/reference/tp_layer_ref.py,
 # its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
 # in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
-# tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere).
+# tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere), ME_BENCH_TP1_EACH_GPU
+# (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace).
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -50,7 +51,7 @@ run() {
   local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=() env=() overrides=() o
   local trace="${TMPDIR:-/tmp}/tp_width.$$.trace.json"
   for o in "$@"; do
-    case $o in NCCL_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
+    case $o in NCCL_*=* | CUDA_VISIBLE_DEVICES=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
   done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
@@ -111,6 +112,17 @@ for model in $models; do
   read -r b _ <<< "$(run "$model" $((2 * L)) 1 tp1)"
   base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
   echo "| $model | tp 1 | $base | 1.00 | - | - |" >> "$out/table.md"
+  # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
+  # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
+  if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
+    for g in $(seq 1 $((gpus - 1))); do
+      read -r a _ <<< "$(run "$model" "$L" 1 "tp1-gpu$g" CUDA_VISIBLE_DEVICES=$g)"
+      read -r b _ <<< "$(run "$model" $((2 * L)) 1 "tp1-gpu$g" CUDA_VISIBLE_DEVICES=$g)"
+      [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]] || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - |" >> "$out/table.md"; continue; }
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v m="$model" -v g="$g" 'BEGIN {
+        printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | - | - |\n", m, g, (b - a) / l, base / ((b - a) / l) }' >> "$out/table.md"
+    done
+  fi
   for tp in ${ME_BENCH_TPS:-2 4}; do
     [ "$tp" -le "$gpus" ] || continue
     IFS=';' read -ra list <<< "$variants"
