@@ -139,6 +139,12 @@ std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor
   return {dw, db};
 }
 
+// The queue a pipeline stage holds this backward's weight gradients in (parallel.pp_deferred_wgrads;
+// none inside a recomputed block's backward: WeightGradsInline), or null.
+WeightGradQueue* held_back_queue(MainGradSink* sink) {
+  return sink && !WeightGradsInline::active() ? sink->held_back() : nullptr;
+}
+
 // compute_weight_grads, or, when both go into the sink's main grads, the same GEMMs for later:
 // queued while the sink holds weight gradients back (a pipeline schedule's
 // parallel.pp_deferred_wgrads; but inside a recomputed block's backward: WeightGradsInline),
@@ -148,7 +154,7 @@ std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, co
                                                      MainGradSink* sink, const std::optional<Fp8WeightGrad>& q = {},
                                                      bool delay = false) {
   bool accumulate = false;
-  auto* queue = sink && !WeightGradsInline::active() ? sink->held_back() : nullptr;
+  auto* queue = held_back_queue(sink);
   if ((queue || (delay && sink)) && sink->main_grad(w, &accumulate).defined() &&
       (!b.defined() || sink->main_grad(b, &accumulate).defined())) {
     auto gemms = [dy, x, w, b, sink, q] {
@@ -166,8 +172,8 @@ std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, co
 // collective and runs the one held before beside its own (parallel.tp_delay_wgrad). Not while a
 // pipeline stage holds them back for later (they would not be there to run beside anything).
 bool delays_wgrad(const TensorParallel* tp, const LinearComm& comm) {
-  const bool queued = comm.sink && comm.sink->held_back() && !WeightGradsInline::active();
-  return tp && tp->active() && tp->delay_wgrad && tp->sequence_parallel && tp->overlap_comm && !comm.fp8 && !queued;
+  return tp && tp->active() && tp->delay_wgrad && tp->sequence_parallel && tp->overlap_comm && !comm.fp8 &&
+         !held_back_queue(comm.sink);
 }
 
 // The output gradient dy of a row layer, gathered over the tokens while the weight-gradient GEMM
@@ -387,13 +393,15 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     const auto b = saved.size() > 2 ? saved[2] : torch::Tensor();
     const auto& comm = saved_state<LinearComm>(ctx, "comm");
     if (!grads[0].defined()) return {};  // nothing flowed back
+    const auto* tp = comm.column_tp();
+    const bool delay = delays_wgrad(tp ? tp : comm.row_tp(), comm);
     torch::Tensor dy, dx;
     std::optional<Fp8WeightGrad> q;
     if (comm.fp8) {
       auto g = fp8_input_grad(ctx, grads[0], x, w, comm);
       dy = g.dy, dx = g.dx, q = g.wgrad;
       if (ctx->saved_data.count("pre")) dx = at::gelu_backward(dx, ctx->saved_data["pre"].toTensor(), "tanh");
-    } else if (const auto* out_tp = comm.row_tp(); out_tp && delays_wgrad(out_tp, comm)) {
+    } else if (const auto* out_tp = comm.row_tp(); out_tp && delay) {
       dy = rows_of(gathered_beside_held(grads[0].contiguous(), *out_tp));
       dx = dy.mm(w).view(x.sizes());
     } else if (const auto* out_tp = comm.row_tp()) {
@@ -408,9 +416,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       dx = dy.mm(w).view(x.sizes());
     }
     std::function<void()> join = [] {};
-    const auto* tp = comm.column_tp();
     if (tp) reduce_input_grad(dx, *tp, join);
-    const bool delay = delays_wgrad(tp ? tp : comm.row_tp(), comm);
     std::optional<SmMarginForCollective> margin;
     if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
     if (tp && delay) DelayedWeightGrad::run();           // the layer before's GEMM, beside it
