@@ -78,6 +78,17 @@ run() {
   echo "${ms:-nan} ${exposed:-0} ${hostbound// /}"
 }
 
+# runs MODEL LABEL TP OVERRIDES... -> "a e1 b e2 hostbound": run's figures at L and 2L layers
+runs() {
+  local model=$1 label=$2 tp=$3 a e1 b e2 hb
+  shift 3
+  read -r a e1 _ <<< "$(run "$model" "$L" "$tp" "$label" "$@")"
+  read -r b e2 hb _ <<< "$(run "$model" $((2 * L)) "$tp" "$label" "$@")"
+  echo "$a $e1 $b $e2 ${hb:--}"
+}
+# measured A B: both runs gave a time (not skipped at the deadline, not failed)
+measured() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]]; }
+
 # Plain PyTorch's layer of MODEL's width at tp 1 and each tp (bench/reference/tp_layer_ref.py), as rows
 torch_reference() {
   local model=$1 width=${1%-2l} tp ref=$out/torch_ref.jsonl
@@ -108,17 +119,15 @@ variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parall
   echo "|---|---|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
-  read -r a _ <<< "$(run "$model" "$L" 1 tp1)"
-  read -r b _ <<< "$(run "$model" $((2 * L)) 1 tp1)"
+  read -r a _ b _ <<< "$(runs "$model" tp1 1)"
   base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
   echo "| $model | tp 1 | $base | 1.00 | - | - |" >> "$out/table.md"
   # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
   # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
   if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
     for g in $(seq 1 $((gpus - 1))); do
-      read -r a _ <<< "$(run "$model" "$L" 1 "tp1-gpu$g" CUDA_VISIBLE_DEVICES=$g)"
-      read -r b _ <<< "$(run "$model" $((2 * L)) 1 "tp1-gpu$g" CUDA_VISIBLE_DEVICES=$g)"
-      [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]] || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - |" >> "$out/table.md"; continue; }
+      read -r a _ b _ <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
+      measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - |" >> "$out/table.md"; continue; }
       awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v m="$model" -v g="$g" 'BEGIN {
         printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | - | - |\n", m, g, (b - a) / l, base / ((b - a) / l) }' >> "$out/table.md"
     done
@@ -128,13 +137,12 @@ for model in $models; do
     IFS=';' read -ra list <<< "$variants"
     for variant in "${list[@]}"; do
       label=${variant%%:*} overrides=${variant#*:}
-      read -r a e1 <<< "$(run "$model" "$L" "$tp" "${label// /_}" $overrides)"
-      read -r b e2 hb <<< "$(run "$model" $((2 * L)) "$tp" "${label// /_}" $overrides)"
-      if ! [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]]; then  # skipped at the deadline, or failed
+      read -r a e1 b e2 hb <<< "$(runs "$model" "${label// /_}" "$tp" $overrides)"
+      if ! measured "$a" "$b"; then  # skipped at the deadline, or failed
         echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - |" >> "$out/table.md"
         continue
       fi
-      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="${hb:--}" 'BEGIN {
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" 'BEGIN {
         layer = (b - a) / l
         exposed = (e1 == "ce" || e2 == "ce") ? "- (copy engines)" : sprintf("%.1f", (e2 - e1) / l)
         printf "| %s | tp %d + %s | %.1f | %.2f | %s | %s |\n", m, tp, lab, layer, base / (tp * layer), exposed, hb }' >> "$out/table.md"

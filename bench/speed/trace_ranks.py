@@ -37,6 +37,7 @@ import sys
 WAIT_KERNELS = ("barrier_kernel", "ncclDevKernel", "ncclKernel")
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 HOST_CALLS = ("aten::mm", "cudaLaunchKernel", "cudaMemcpyAsync")
+GPU_EVENTS = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "set"}  # trace category: kind
 
 
 def union(spans):
@@ -77,7 +78,7 @@ def sm_idle(kernels, copies, launches):
 def rank_figures(path):
     events = json.load(open(path))["traceEvents"]
     x = [e for e in events if e.get("ph") == "X" and "dur" in e]
-    gpu = [e for e in x if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [e for e in x if e.get("cat") in GPU_EVENTS]
     kernels = [e for e in x if e.get("cat") == "kernel"]
     runtime = [e for e in x if e.get("cat") == "cuda_runtime"]
     host = [e for e in x if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")]
@@ -112,8 +113,7 @@ def rank_figures(path):
 
 def timeline(path, from_ms, length_ms):
     """Lines 'start_us dur_us stream kind name' of the GPU events in [from_ms, from_ms + length_ms)."""
-    gpu = [e for e in json.load(open(path))["traceEvents"]
-           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_EVENTS]
     if not gpu:
         raise SystemExit(f"{path}: no GPU events")
     t0 = min(e["ts"] for e in gpu)
@@ -121,8 +121,7 @@ def timeline(path, from_ms, length_ms):
     for e in sorted(gpu, key=lambda e: e["ts"]):
         t = e["ts"] - t0
         if from_ms * 1e3 <= t < (from_ms + length_ms) * 1e3:
-            kind = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "set"}[e["cat"]]
-            lines.append(f"{t:10.1f} {e['dur']:8.1f}  stream {e.get('tid')!s:<4} {kind:6} {e['name'][:100]}")
+            lines.append(f"{t:10.1f} {e['dur']:8.1f}  stream {e.get('tid')!s:<4} {GPU_EVENTS[e['cat']]:6} {e['name'][:100]}")
     return lines
 
 

@@ -66,4 +66,3 @@ with tempfile.TemporaryDirectory() as d:
     bad = subprocess.run([sys.executable, script, os.path.join(d, "cpu.json")], capture_output=True, text=True)
     assert bad.returncode != 0 and "cpu.json: no GPU kernels" in bad.stderr, bad.stderr
 print("trace_ranks: ok")
-
