@@ -41,7 +41,16 @@ void stop_running(lua_State* L, lua_Debug*) {
   luaL_error(L, "interrupted (Ctrl-C)");
 }
 
-void on_interrupt(int) {
+// The thread that runs the REPL. LibTorch starts another thread, which does not block SIGINT: the
+// kernel may run the handler there, and then no wait of the REPL's returns EINTR. The handler sends
+// the signal on to the REPL's thread, so the stop, the hook and the EINTR all happen where the REPL is.
+pthread_t repl_thread;
+
+void on_interrupt(int sig) {
+  if (!pthread_equal(pthread_self(), repl_thread)) {
+    pthread_kill(repl_thread, sig);  // async-signal-safe; pending there while the REPL blocks SIGINT
+    return;
+  }
   interrupted = 1;
   if (running) lua_sethook(running, stop_running, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);  // signal-safe (lua.c)
 }
@@ -50,6 +59,7 @@ void on_interrupt(int) {
 class InterruptHandler {
  public:
   InterruptHandler() {
+    repl_thread = pthread_self();
     struct sigaction sa {};
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
@@ -95,8 +105,7 @@ std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
 #else
 // libedit's callback interface, fed from a poll on stdin: a Ctrl-C interrupts the poll (EINTR)
 // rather than libedit's own read, so the line can be cleared and the prompt shown again. (A
-// longjmp out of readline() left libedit's state broken.) The CI saw the race the mask below
-// closes: "^C" never shown after Ctrl-C came in the middle of typed text.
+// longjmp out of readline() left libedit's state broken.)
 char* finished_line = nullptr;
 bool line_done = false;
 void take_line(char* line) {
@@ -104,9 +113,12 @@ void take_line(char* line) {
   line_done = true;
 }
 
-// SIGINT blocked while it lives, but for the poll's waits (ppoll): a Ctrl-C that comes while libedit
-// handles a key is delivered at the next wait, as EINTR. With a plain poll the handler would run
-// between the two, and the poll would then wait for input the terminal had flushed with the ^C.
+// SIGINT blocked while it lives, but for the poll's waits (ppoll) and libedit's reads. A Ctrl-C that
+// comes while libedit works on a key waits for the next check of `interrupted` (with a plain poll
+// the handler could run between the check and the poll, which would then wait for input the
+// terminal flushed with the ^C). libedit's read must stay open to it: the terminal may flush the
+// input between the poll saying "readable" and that read, and the read then only ends on EINTR.
+// The CI saw both: "^C" never shown after a Ctrl-C in the middle of typed text.
 class InterruptOnlyWhileWaiting {
  public:
   InterruptOnlyWhileWaiting() {
@@ -114,6 +126,8 @@ class InterruptOnlyWhileWaiting {
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     pthread_sigmask(SIG_BLOCK, &block, &previous_);
+    blocked_ = previous_;
+    sigaddset(&blocked_, SIGINT);
     waiting_ = previous_;
     sigdelset(&waiting_, SIGINT);
   }
@@ -121,9 +135,15 @@ class InterruptOnlyWhileWaiting {
   InterruptOnlyWhileWaiting(const InterruptOnlyWhileWaiting&) = delete;
   InterruptOnlyWhileWaiting& operator=(const InterruptOnlyWhileWaiting&) = delete;
   int poll(pollfd* fd) const { return ppoll(fd, 1, nullptr, &waiting_); }
+  // One key for libedit, whose read may block (see above).
+  void read_key() const {
+    pthread_sigmask(SIG_SETMASK, &waiting_, nullptr);
+    rl_callback_read_char();
+    pthread_sigmask(SIG_SETMASK, &blocked_, nullptr);
+  }
 
  private:
-  sigset_t previous_{}, waiting_{};
+  sigset_t previous_{}, blocked_{}, waiting_{};
 };
 
 std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
@@ -131,15 +151,12 @@ std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
   interrupted = 0;
   line_done = false;
   finished_line = nullptr;
-  rl_catch_signals = 0;  // the handler is ours (InterruptHandler)
   InterruptOnlyWhileWaiting mask;
   rl_callback_handler_install(prompt, take_line);
-  while (!line_done) {
-    pollfd in{STDIN_FILENO, POLLIN, 0};
-    const int ready = mask.poll(&in);
-    if (ready < 0 && errno == EINTR) {
-      if (!interrupted) continue;
+  for (;;) {
+    if (interrupted) {  // checked with SIGINT blocked: one that comes later ends the next wait
       interrupted = 0;
+      std::free(finished_line);
       rl_delete_text(0, rl_end);
       rl_callback_handler_remove();
       std::printf("^C\n");
@@ -147,8 +164,12 @@ std::optional<std::string> read_line(const char* prompt, bool* cancelled) {
       *cancelled = true;
       return std::string();
     }
+    if (line_done) break;
+    pollfd in{STDIN_FILENO, POLLIN, 0};
+    const int ready = mask.poll(&in);
+    if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) break;
-    rl_callback_read_char();
+    mask.read_key();
   }
   rl_callback_handler_remove();
   if (!finished_line) return std::nullopt;  // Ctrl-D or end of input
@@ -247,6 +268,11 @@ void define_globals(lua_State* L) {
 }  // namespace
 
 void run_repl(lua_State* L) {
+#if ME_HAVE_EDITLINE
+  // Before libedit initialises (using_history does): its own SIGINT handler would re-raise every
+  // Ctrl-C to the whole process group (kill(0, SIGINT)), racing ours across threads.
+  rl_catch_signals = 0;
+#endif
   const std::string hist = history_path();
   using_history();
   stifle_history(kHistoryLines);

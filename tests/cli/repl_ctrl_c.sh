@@ -30,6 +30,24 @@ wait_for "interrupted (Ctrl-C)"
 send 'n > 0'
 wait_for "true"
 echo "ok Ctrl-C stops a running line; n kept counting"
+# Ctrl-C right behind typed text, in the same tmux command, so it often lands while the REPL
+# handles a key or before it has read the text (which the terminal then flushes). Each one must
+# show "^C": the CI once lost one to the handler running on LibTorch's thread, and libedit's own
+# handler re-raised each Ctrl-C to the process group.
+before=$(screen | grep -c '\^C$')
+for i in $(seq 1 20); do
+  tmux -L "$sock" send-keys -t repl -l -- "burst_$i = 'some text typed before the Ctrl-C' .." \; send-keys -t repl C-c
+  for _ in $(seq 1 50); do
+    [ "$(screen | grep -c '\^C$')" -ge $((before + i)) ] && break
+    sleep 0.1
+  done
+  if [ "$(screen | grep -c '\^C$')" -lt $((before + i)) ]; then
+    echo "FAILED: Ctrl-C $i of 20 right behind typed text never showed '^C':"; screen; exit 1
+  fi
+done
+send 'burst_1 == nil and "cleared"'
+wait_for '"cleared"'
+echo "ok 20 Ctrl-Cs right behind typed text each clear the line"
 keys C-d
 wait_for "REPL-EXITED"
 echo "repl Ctrl-C: all passed"
