@@ -41,9 +41,9 @@ void stop_running(lua_State* L, lua_Debug*) {
   luaL_error(L, "interrupted (Ctrl-C)");
 }
 
-// The thread that runs the REPL. LibTorch starts another thread, which does not block SIGINT: the
-// kernel may run the handler there, and then no wait of the REPL's returns EINTR. The handler sends
-// the signal on to the REPL's thread, so the stop, the hook and the EINTR all happen where the REPL is.
+// The thread that runs the REPL. A library starts another (OpenBLAS, under LibTorch) that does not
+// block SIGINT: the kernel may run the handler there, and then no wait of the REPL's returns EINTR.
+// The handler sends the signal on to the REPL's thread, where the stop, the hook and the EINTR belong.
 pthread_t repl_thread;
 
 void on_interrupt(int sig) {

@@ -32,7 +32,7 @@ wait_for "true"
 echo "ok Ctrl-C stops a running line; n kept counting"
 # Ctrl-C right behind typed text, in the same tmux command, so it often lands while the REPL
 # handles a key or before it has read the text (which the terminal then flushes). Each one must
-# show "^C": the CI once lost one to the handler running on LibTorch's thread, and libedit's own
+# show "^C": the CI once lost one to the handler running on OpenBLAS's thread, and libedit's own
 # handler re-raised each Ctrl-C to the process group.
 before=$(screen | grep -c '\^C$')
 for i in $(seq 1 20); do
