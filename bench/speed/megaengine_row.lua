@@ -1,6 +1,7 @@
 -- One benchmark row for bench/speed/table.py: trains a configuration on one GPU (or every rank
 -- of --nproc N) for ME_BENCH_WARMUP + ME_BENCH_STEPS steps on the byte-level text and appends a
--- JSON line (tokens/s, ms/step, model TFLOP/s per GPU, MFU, peak memory) to ME_BENCH_JSON.
+-- JSON line (tokens/s, ms/step: the median log window after the warm-up, model TFLOP/s per GPU,
+-- MFU, peak memory) to ME_BENCH_JSON.
 --   ME_BENCH_MODEL=gpt1.3b ME_BENCH_MICRO=4 ME_BENCH_PEAK=<TFLOP/s> ME_BENCH_JSON=rows.jsonl \
 --     ME_BENCH_OVERRIDES="parallel.tp=2 ..." megaengine bench/speed/megaengine_row.lua
 -- The models are bench/reference/train_ref.py's, so rows compare like for like.
@@ -44,9 +45,12 @@ me.apply_overrides(recipe, overrides)
 local trainer = me.trainer(recipe)
 me.cuda.reset_peak_memory()
 trainer:run()
-local ms, n = 0, 0
-for _, w in ipairs(windows) do ms = ms + w.ms_per_iter; n = n + 1 end
-ms = ms / n
+-- The median window: one slow window (a late host, a GPU clock dip) moves it less than a mean.
+local times = {}
+for _, w in ipairs(windows) do times[#times + 1] = w.ms_per_iter end
+table.sort(times)
+local n = #times
+local ms = n % 2 == 1 and times[(n + 1) // 2] or (times[n // 2] + times[n // 2 + 1]) / 2
 local r = windows[#windows]
 local tokens_per_s = r.tokens_per_s * r.ms_per_iter / ms
 local world = tonumber(env("WORLD_SIZE", "1"))

@@ -12,13 +12,15 @@
 # global 8 x m, the same 8 micro-batches a step).
 #   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
 # Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
-# ME_BENCH_TPS ("2 4"), ME_BENCH_MICRO_BATCH (1), ME_BENCH_STEPS (8), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
+# ME_BENCH_TPS ("2 4"), ME_BENCH_MICRO_BATCH (1), ME_BENCH_STEPS (16: four timed windows of 4), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
 # ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v is set in the environment),
 # ME_BENCH_TORCH_REF (1: also plain PyTorch's layer at tp 1 and each tp, bench/reference/tp_layer_ref.py,
 # its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
 # in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
 # tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere), ME_BENCH_TP1_EACH_GPU
 # (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace).
+# Each row also gives its 2L run's SM clock (the median while busy, of its slowest GPU): session 24
+# saw a run's two timed windows 12% apart and the same code 4 points apart on two machines.
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,7 +46,30 @@ rows=$out/rows.jsonl
 warmup=${ME_BENCH_WARMUP:-4}
 [ "$warmup" -ge 4 ] || { echo "ME_BENCH_WARMUP must be >= 4 (the profile runs in the warm-up)"; exit 2; }
 
-# run MODEL LAYERS TP LABEL OVERRIDES... -> ms per step (median window), exposed comm ms per step
+# The GPUs' SM clocks while a run is busy (sampled every 200 ms): a GPU that throttles for power
+# or heat moves a row's figure between runs and machines, and this says whether it did.
+clock_summary() {  # SAMPLES_CSV GPU... -> "MHz" (median over busy samples, lowest GPU's) or "-"
+  local csv=$1
+  shift
+  python3 - "$csv" "$@" <<'PY'
+import statistics, sys
+gpus = set(sys.argv[2:])
+by_gpu = {}
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.split(",")]
+    if len(f) < 3 or f[0] not in gpus:
+        continue
+    try:
+        util, mhz = float(f[1]), float(f[2])
+    except ValueError:
+        continue
+    if util >= 50:  # the GPU was working: warm-up, timed steps and the profile alike
+        by_gpu.setdefault(f[0], []).append(mhz)
+print(min(int(statistics.median(v)) for v in by_gpu.values()) if by_gpu else "-")
+PY
+}
+
+# run MODEL LAYERS TP LABEL OVERRIDES... -> ms per step (median window), exposed comm ms per step, host-bound ranks, SM MHz
 run() {
   local model=$1 layers=$2 tp=$3 label=$4
   shift 4
@@ -55,10 +80,23 @@ run() {
   done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
-  env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=$micro ME_BENCH_STEPS=${ME_BENCH_STEPS:-8} ME_BENCH_WARMUP=$warmup \
+  env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=$micro ME_BENCH_STEPS=${ME_BENCH_STEPS:-16} ME_BENCH_WARMUP=$warmup \
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
     ME_BENCH_OVERRIDES="model.layers=$layers batch.global=$((8 * micro)) parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace" \
-    timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1
+    timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 &
+  local job=$! sampler
+  nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm --format=csv,noheader,nounits -lms 200 > "$log.clocks" 2>/dev/null &
+  sampler=$!
+  wait "$job"
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  local used=() g visible=
+  for o in "${env[@]}"; do [[ $o == CUDA_VISIBLE_DEVICES=* ]] && visible=${o#*=}; done
+  if [ -n "$visible" ]; then IFS=, read -ra used <<< "$visible"; else for ((g = 0; g < tp; g++)); do used+=("$g"); done; fi
+  local mhz
+  mhz=$(clock_summary "$log.clocks" "${used[@]}")
+  echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]})" >> "$log"
+  rm -f "$log.clocks"
   # Every rank's trace of the profiled steps: which rank the others wait for (host-bound ones
   # start their kernels microseconds after launching them); the traces themselves are dropped.
   local ms exposed hostbound=-
@@ -75,16 +113,18 @@ run() {
   # On the copy engines the layer's collectives are copies and barriers, not NCCL kernels: the
   # profile's exposed NCCL time is the embedding's and output layer's, which L and 2L share.
   grep -q "collectives on the copy engines" "$log" && exposed=ce
-  echo "${ms:-nan} ${exposed:-0} ${hostbound// /}"
+  hostbound=${hostbound// /}
+  echo "${ms:-nan} ${exposed:-0} ${hostbound:--} $mhz"
 }
 
-# runs MODEL LABEL TP OVERRIDES... -> "a e1 b e2 hostbound": run's figures at L and 2L layers
+# runs MODEL LABEL TP OVERRIDES... -> "a e1 b e2 hostbound MHz": run's figures at L and 2L layers
+# (host-bound ranks and the SM clock: the 2L run's)
 runs() {
-  local model=$1 label=$2 tp=$3 a e1 b e2 hb
+  local model=$1 label=$2 tp=$3 a e1 b e2 hb mhz
   shift 3
   read -r a e1 _ <<< "$(run "$model" "$L" "$tp" "$label" "$@")"
-  read -r b e2 hb _ <<< "$(run "$model" $((2 * L)) "$tp" "$label" "$@")"
-  echo "$a $e1 $b $e2 ${hb:--}"
+  read -r b e2 hb mhz _ <<< "$(run "$model" $((2 * L)) "$tp" "$label" "$@")"
+  echo "$a $e1 $b $e2 ${hb:--} ${mhz:--}"
 }
 # measured A B: both runs gave a time (not skipped at the deadline, not failed)
 measured() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]]; }
@@ -108,28 +148,28 @@ base = {r["variant"]: r["ms_per_layer"] for r in rows if r["tp"] == 1}
 for r in rows:
     b = base.get(r["variant"])
     eff = f'{b / (r["tp"] * r["ms_per_layer"]):.2f}' if b else "-"
-    print(f'| {sys.argv[2]} | PyTorch {r["variant"]}, tp {r["tp"]} | {8 * r["ms_per_layer"]:.1f} | {eff} | - | - |')
+    print(f'| {sys.argv[2]} | PyTorch {r["variant"]}, tp {r["tp"]} | {8 * r["ms_per_layer"]:.1f} | {eff} | - | - | - |')
 PY
 }
 
 # "SP" is the default backend (auto: the copy engines on one node), "SP nccl" NCCL's bulk gathers
 variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl;no SP:parallel.sequence_parallel=false"}
 {
-  echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) |"
-  echo "|---|---|--:|--:|--:|--:|"
+  echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) | SM MHz (2L run) |"
+  echo "|---|---|--:|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
-  read -r a _ b _ <<< "$(runs "$model" tp1 1)"
+  read -r a _ b _ _ mhz <<< "$(runs "$model" tp1 1)"
   base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
-  echo "| $model | tp 1 | $base | 1.00 | - | - |" >> "$out/table.md"
+  echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz |" >> "$out/table.md"
   # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
   # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
   if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
     for g in $(seq 1 $((gpus - 1))); do
-      read -r a _ b _ <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
-      measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - |" >> "$out/table.md"; continue; }
-      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v m="$model" -v g="$g" 'BEGIN {
-        printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | - | - |\n", m, g, (b - a) / l, base / ((b - a) / l) }' >> "$out/table.md"
+      read -r a _ b _ _ mhz <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
+      measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - | - |" >> "$out/table.md"; continue; }
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v m="$model" -v g="$g" -v mhz="$mhz" 'BEGIN {
+        printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | - | - | %s |\n", m, g, (b - a) / l, base / ((b - a) / l), mhz }' >> "$out/table.md"
     done
   fi
   for tp in ${ME_BENCH_TPS:-2 4}; do
@@ -137,15 +177,15 @@ for model in $models; do
     IFS=';' read -ra list <<< "$variants"
     for variant in "${list[@]}"; do
       label=${variant%%:*} overrides=${variant#*:}
-      read -r a e1 b e2 hb <<< "$(runs "$model" "${label// /_}" "$tp" $overrides)"
+      read -r a e1 b e2 hb mhz <<< "$(runs "$model" "${label// /_}" "$tp" $overrides)"
       if ! measured "$a" "$b"; then  # skipped at the deadline, or failed
-        echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - |" >> "$out/table.md"
+        echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - | - |" >> "$out/table.md"
         continue
       fi
-      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" 'BEGIN {
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" -v mhz="$mhz" 'BEGIN {
         layer = (b - a) / l
         exposed = (e1 == "ce" || e2 == "ce") ? "- (copy engines)" : sprintf("%.1f", (e2 - e1) / l)
-        printf "| %s | tp %d + %s | %.1f | %.2f | %s | %s |\n", m, tp, lab, layer, base / (tp * layer), exposed, hb }' >> "$out/table.md"
+        printf "| %s | tp %d + %s | %.1f | %.2f | %s | %s | %s |\n", m, tp, lab, layer, base / (tp * layer), exposed, hb, mhz }' >> "$out/table.md"
     done
   done
   [ -n "${ME_BENCH_TORCH_REF:-}" ] && torch_reference "$model"
