@@ -172,7 +172,8 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
   auto outside = (tokens < start_) | (tokens >= start_ + local_);
   auto spread = torch::arange(tokens.numel(), tokens.options()).remainder(local_).view(tokens.sizes());
   auto local_ids = torch::where(outside, spread, tokens - start_);
-  auto partial = lookup(weight, local_ids, main_grads).masked_fill(outside.unsqueeze(-1), 0.0);
+  // The lookup's result is a tensor of its own: zeroed in place, not copied (32 MiB at GPT-39B width).
+  auto partial = lookup(weight, local_ids, main_grads).masked_fill_(outside.unsqueeze(-1), 0.0);
   return tp_.sequence_parallel ? reduce_scatter_seq(partial, tp_) : reduce_from_tp(partial, tp_);
 }
 
