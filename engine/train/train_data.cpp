@@ -135,6 +135,10 @@ data::TokenBatch TrainData::next_train() {
   b.first_sample = text_consumed_;
   b.tokens = batch.tokens.narrow(0, layout_.dp_rank * local, local);
   b.labels = batch.labels.narrow(0, layout_.dp_rank * local, local);
+  if (layout_.pin_memory) {  // as the loader's: a pageable copy to the GPU waits for the queued work
+    b.tokens = b.tokens.pin_memory();  // (session 24's traces: the host 5.4 ms a step, behind AdamW)
+    b.labels = b.labels.pin_memory();
+  }
   text_consumed_ += layout_.global_batch;
   return b;
 }
