@@ -166,12 +166,12 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
   if (!tp_.active()) return lookup(weight, tokens, main_grads);
   // Ids outside this rank's range look up some row and are zeroed: the all-reduce then sums
   // exactly one real row per id. Their gradient rows are zero, added into the rows they looked
-  // up; spread over the table, not all on row 0, because the accumulating index_put adds a run
-  // of equal ids one after another (at tp 4, 3/4 of the tokens: 1.4 ms a micro-batch at GPT-39B
-  // width on the H100, session 24's traces). x + 0 is x: the sums keep their bits.
+  // up: (id - start) mod rows spreads them over the table as the ids are spread (an id inside
+  // the range is its own row), not all on row 0, where the accumulating index_put added them one
+  // after another (at tp 4, 3/4 of the tokens: 1.4 ms a micro-batch at GPT-39B width on the
+  // H100, session 24's traces). x + 0 is x: the sums keep their bits.
   auto outside = (tokens < start_) | (tokens >= start_ + local_);
-  auto spread = torch::arange(tokens.numel(), tokens.options()).remainder(local_).view(tokens.sizes());
-  auto local_ids = torch::where(outside, spread, tokens - start_);
+  auto local_ids = (tokens - start_).remainder(local_);  // LibTorch's remainder: never negative
   // The lookup's result is a tensor of its own: zeroed in place, not copied (32 MiB at GPT-39B width).
   auto partial = lookup(weight, local_ids, main_grads).masked_fill_(outside.unsqueeze(-1), 0.0);
   return tp_.sequence_parallel ? reduce_scatter_seq(partial, tp_) : reduce_from_tp(partial, tp_);
