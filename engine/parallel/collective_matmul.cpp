@@ -19,6 +19,7 @@
 #include <mutex>
 #endif
 #if ME_TORCH_HAS_CUDA && ME_HAVE_CUDA_KERNELS
+#include "engine/kernels/kernels.h"
 #include "engine/kernels/peer_buffers.h"
 #define ME_PEER_COLLECTIVES 1
 #else
@@ -175,11 +176,20 @@ torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::Peer
   }
   peers.barrier(compute.stream());
   const size_t bytes = nbytes(own);
+  std::vector<const void*> parts;
   for (int k = 1; k < peers.size(); ++k) {
     const int from = (peers.rank() - k + peers.size()) % peers.size();
-    own.add_(torch::from_blob(static_cast<char*>(peers.slot(peers.rank(), s)) + static_cast<size_t>(from) * bytes,
-                              own.sizes(), own.options()));
+    parts.push_back(static_cast<char*>(peers.slot(peers.rank(), s)) + static_cast<size_t>(from) * bytes);
   }
+  // One pass over this rank's chunk, with the bits of an add_ per part in this order.
+  const auto type = own.scalar_type();
+  if ((type == torch::kBFloat16 || type == torch::kFloat) && own.is_contiguous() &&
+      parts.size() <= static_cast<size_t>(kernels::kMaxSumParts)) {
+    kernels::sum_parts_into(type == torch::kFloat ? kernels::DType::f32 : kernels::DType::bf16, own.data_ptr(),
+                            parts.data(), static_cast<int>(parts.size()), own.numel(), compute.stream());
+    return own;
+  }
+  for (const void* part : parts) own.add_(torch::from_blob(const_cast<void*>(part), own.sizes(), own.options()));
   return own;
 }
 #endif
