@@ -50,5 +50,8 @@ if [ "$gpus" -ge 4 ]; then
   train tp4_copy_engine_nodelay 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine parallel.tp_delay_wgrad=false
   follows tp4_nccl tp4_copy_engine "tp 4: "
   follows tp4_copy_engine tp4_copy_engine_nodelay "tp 4 without tp_delay_wgrad: "
+  # and with the peers' rows of the all-gathers' GEMMs grouped (ME_TP_GATHER_GROUP: up to 3 at once)
+  ME_TP_GATHER_GROUP=3 train tp4_copy_engine_grouped 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
+  follows tp4_copy_engine tp4_copy_engine_grouped "tp 4 with ME_TP_GATHER_GROUP=3: "
 fi
 echo "tp_copy_engine_gpu: passed"
