@@ -87,10 +87,10 @@ at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
 }
 enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
 
-// The copy engines' all-gather, started: this rank's rows into its slot and into the result, a
-// barrier on the signal stream (so that the compute stream does not wait for the last rank to
-// arrive: at tp 4 the ranks drift apart), then every peer's rows pulled from its slot into the
-// result, one peer after another on one copy stream, in ring order, each pull's event recorded.
+// The copy engines' all-gather, started: this rank's rows into its slot, a barrier on the signal
+// stream (so that the compute stream does not wait for the last rank to arrive: at tp 4 the ranks
+// drift apart), then on one copy stream this rank's rows into the result and every peer's pulled
+// from its slot, one peer after another, in ring order, each pull's event recorded.
 // One stream: the pulls share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers: three
 // peers at once are no faster than one after another), and in order each peer's rows land when
 // the GEMM that waits for them comes next (on three streams the copy engines served them in any
@@ -121,8 +121,12 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
   peers.barrier(signal.stream());
   auto& published = reused_event(device, kPublished);
   published.record(signal);
-  kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, compute.stream());
+  // This rank's rows into the result on the copy stream as well, before the pulls: the GEMMs read
+  // `in` itself, and each caller's wait for the last pull covers this copy. (On the compute
+  // stream it cost the GEMMs 6 us an all-gather at GPT-39B width: the twenty-fourth session's trace.)
   const auto pulls = peer_stream(device, 1);
+  input_ready.block(pulls);
+  kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, pulls.stream());
   published.block(pulls);
   for (int k = 1; k < size; ++k) {
     const int from = (rank + k) % size;
