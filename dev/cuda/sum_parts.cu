@@ -1,6 +1,7 @@
 // The reduce-scatter's closing sum (engine/kernels/sum_parts.cu) against a CPU reference that
-// rounds after each addition as add_ does (so the check is for the same bits), then timed
-// against the same parts added one call each, the adds it replaces.
+// rounds after each addition as add_ does (so the check is for the same bits), into a new buffer
+// and in place, then timed against what it replaces: a copy of this rank's chunk, then one add
+// per part.
 //   dev/cuda/sum_parts [rows] [hidden] [parts]   (default 512 x 8192 x 3: a GPT-39B chunk at tp 4)
 #include <algorithm>
 #include <memory>
@@ -43,16 +44,22 @@ bool run(DType dt, const char* name, int64_t rows, int64_t hidden, int count, si
     dev::upload(*d_parts.back(), shifted);
     ptrs.push_back(d_parts.back()->ptr + misalign);
   }
+  // Into a new buffer first (first untouched), then in place.
+  dev::DeviceBuffer<T> d_out(n);
   dev::upload(d_acc, acc);
-  sum_parts_into(dt, d_acc.ptr, ptrs.data(), count, n, nullptr);
-  bool ok = dev::check("sum (bits of sequential adds)", dev::download(d_acc, n), want, 0, 0);
+  sum_parts(dt, d_out.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr);
+  bool ok = dev::check("sum into out (bits of adds)", dev::download(d_out, n), want, 0, 0);
+  ok &= dev::check("first left as it was", dev::download(d_acc, n), acc, 0, 0);
+  sum_parts(dt, d_acc.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr);
+  ok &= dev::check("sum in place (bits of adds)", dev::download(d_acc, n), want, 0, 0);
   const double e = sizeof(T);
-  dev::report("one pass", dev::time_ms([&] { sum_parts_into(dt, d_acc.ptr, ptrs.data(), count, n, nullptr); }),
+  dev::report("one pass", dev::time_ms([&] { sum_parts(dt, d_out.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr); }),
               (count + 2) * n * e);
-  dev::report("one call per part", dev::time_ms([&] {
-                for (int j = 0; j < count; ++j) sum_parts_into(dt, d_acc.ptr, &ptrs[j], 1, n, nullptr);
+  dev::report("a copy, then one add per part", dev::time_ms([&] {
+                CUDA_CHECK(cudaMemcpyAsync(d_out.ptr, d_acc.ptr, n * sizeof(T), cudaMemcpyDeviceToDevice));
+                for (int j = 0; j < count; ++j) sum_parts(dt, d_out.ptr, d_out.ptr, &ptrs[j], 1, n, nullptr);
               }),
-              3.0 * count * n * e);
+              (2.0 + 3.0 * count) * n * e);
   return ok;
 }
 

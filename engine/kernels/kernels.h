@@ -24,10 +24,11 @@ void swiglu_backward(DType t, const void* gate_up, const void* grad_out, void* g
                      void* stream);
 
 // --- Sum of partial results (the copy engines' reduce-scatter) --------------------------------
-// acc[i] += parts[0][i], then += parts[1][i], ... for i < n, each addition rounded to the storage
-// type as a separate add_ rounds it (the same bits as count add_ calls in that order), in one pass.
+// out[i] = first[i] + parts[0][i] + parts[1][i] + ... for i < n, each addition rounded to the
+// storage type as a separate add_ rounds it (the same bits as count add_ calls in that order on
+// a copy of first), in one pass. out may be first (in place).
 constexpr int kMaxSumParts = 7;  // tp 8: the seven peers' pushes
-void sum_parts_into(DType t, void* acc, const void* const* parts, int count, int64_t n, void* stream);
+void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream);
 
 // --- Rotary position embedding ("rotate half") -----------------------------------------------
 // Rows of head_dim elements addressed by (batch, position, group, rep) with element strides,

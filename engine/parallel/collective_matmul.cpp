@@ -187,8 +187,11 @@ void push_partial(const torch::Tensor& chunk, int to, int s, kernels::PeerBuffer
 }
 
 // After the pushes: the compute stream waits for them, the barrier (every rank's pushes into this
-// rank's slot are in), then this rank's own chunk plus what each peer pushed.
-torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device) {
+// rank's slot are in), then this rank's own chunk plus what each peer pushed, in one pass
+// (kernels::sum_parts, the bits of an add_ per part in this order): into `own` itself, or with
+// `fresh` into a new tensor (own is then a view into a larger buffer, which the sum must not keep).
+torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
+                                         bool fresh) {
   const auto compute = c10::cuda::getCurrentCUDAStream(device);
   for (int k = 1; k < peers.size(); ++k) {
     auto& pushed = reused_event(device, kPushed + k);
@@ -202,16 +205,17 @@ torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::Peer
     const int from = (peers.rank() - k + peers.size()) % peers.size();
     parts.push_back(static_cast<char*>(peers.slot(peers.rank(), s)) + static_cast<size_t>(from) * bytes);
   }
-  // One pass over this rank's chunk, with the bits of an add_ per part in this order.
+  auto out = fresh ? torch::empty(own.sizes(), own.options()) : own;
   const auto type = own.scalar_type();
   if ((type == torch::kBFloat16 || type == torch::kFloat) && own.is_contiguous() &&
       parts.size() <= static_cast<size_t>(kernels::kMaxSumParts)) {
-    kernels::sum_parts_into(type == torch::kFloat ? kernels::DType::f32 : kernels::DType::bf16, own.data_ptr(),
-                            parts.data(), static_cast<int>(parts.size()), own.numel(), compute.stream());
-    return own;
+    kernels::sum_parts(type == torch::kFloat ? kernels::DType::f32 : kernels::DType::bf16, out.data_ptr(),
+                       own.data_ptr(), parts.data(), static_cast<int>(parts.size()), own.numel(), compute.stream());
+    return out;
   }
-  for (const void* part : parts) own.add_(torch::from_blob(const_cast<void*>(part), own.sizes(), own.options()));
-  return own;
+  if (fresh) out.copy_(own);
+  for (const void* part : parts) out.add_(torch::from_blob(const_cast<void*>(part), own.sizes(), own.options()));
+  return out;
 }
 #endif
 }  // namespace
@@ -378,7 +382,7 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
       pushed.push_back(std::move(mine));
     }
     auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
-    return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index());
+    return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index(), /*fresh=*/false);
   }
 #endif
   std::vector<torch::Tensor> received;
@@ -415,10 +419,12 @@ std::function<torch::Tensor()> start_peer_reduce_scatter(const torch::Tensor& fu
   }
   auto sizes = full.sizes().vec();
   sizes[1] /= peers.size();
-  auto own = rows.narrow(0, peers.rank() * m, m).clone();
-  // `rows` rides along: the pushes read it until the compute stream waits for them in finish.
+  auto own = rows.narrow(0, peers.rank() * m, m);
+  // `rows` rides along: the pushes read it until the compute stream waits for them in finish,
+  // and the sum reads this rank's rows of it into a tensor of its own.
   return [own, keep = rows, s, &peers, device, sizes]() mutable {
-    auto sum = finish_peer_reduce_scatter(own, s, peers, device).view(sizes);
+    auto sum = finish_peer_reduce_scatter(own, s, peers, device, /*fresh=*/true).view(sizes);
+    own = torch::Tensor();
     keep = torch::Tensor();
     return sum;
   };
