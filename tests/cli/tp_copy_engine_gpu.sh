@@ -39,6 +39,9 @@ paste "$tmp/copy_engine.loss" "$tmp/auto.loss" | awk '{ d = ($1 - $2) / $1; if (
   { echo "FAILED: auto's losses differ from copy_engine's"; paste "$tmp/copy_engine.loss" "$tmp/auto.loss"; exit 1; }
 [ -s "$tmp/nccl.loss" ] || { echo "FAILED: no loss logged"; tail -20 "$tmp/nccl.log"; exit 1; }
 follows nccl copy_engine ""
+# the reduce-scatters' rows for each peer computed and pushed in 2 pieces (ME_TP_RS_SPLIT)
+ME_TP_RS_SPLIT=2 train copy_engine_split2 2 parallel.tp_comm_backend=copy_engine
+follows copy_engine copy_engine_split2 "with ME_TP_RS_SPLIT=2: "
 grep -h "tokens/s" "$tmp/nccl.log" | tail -1 | sed 's/^/nccl:        /'
 grep -h "tokens/s" "$tmp/copy_engine.log" | tail -1 | sed 's/^/copy_engine: /'
 # With 4 GPUs also tp 4, where each rank pulls from three peers one after another and pushes to
