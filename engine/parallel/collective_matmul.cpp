@@ -160,13 +160,9 @@ torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel
   const int size = tp.peers->size(), rank = tp.peers->rank();
   const auto all_rows = rows2d(g.gathered);
   rows(rows2d(in), g.rows * rank);
-  for (int k = 1; k < size;) {
-    const int first = (rank + k) % size;
-    int n = 1;  // peers first, first + 1, ... up to the wrap: their rows are contiguous
-    while (n < gather_group() && k + n < size && first + n < size) ++n;
-    wait_for_pull(in.device().index(), k + n - 1);  // one copy stream: the earlier pulls are in too
-    rows(all_rows.narrow(0, g.rows * first, g.rows * n), g.rows * first);
-    k += n;
+  for (const auto& run : peer_runs(rank, size, gather_group())) {
+    wait_for_pull(in.device().index(), run.last_pull);  // one copy stream: the earlier pulls are in too
+    rows(all_rows.narrow(0, g.rows * run.first, g.rows * run.count), g.rows * run.first);
   }
   return g.gathered;
 }
@@ -231,6 +227,18 @@ torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::Peer
 }
 #endif
 }  // namespace
+
+std::vector<PeerRun> peer_runs(int rank, int size, int group) {
+  std::vector<PeerRun> runs;
+  for (int k = 1; k < size;) {
+    PeerRun r{(rank + k) % size, 1, 0};
+    while (r.count < group && k + r.count < size && r.first + r.count < size) ++r.count;
+    r.last_pull = k + r.count - 1;
+    runs.push_back(r);
+    k += r.count;
+  }
+  return runs;
+}
 
 std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
                                        torch::Tensor* produced) {
