@@ -250,6 +250,52 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
     const double beside = ms_since(t0) / iters;
     std::printf("GEMM 8192^3 bf16: %.3f ms alone (%.0f TFLOP/s), %.3f ms beside copy-engine pulls (%.3fx; %d pulls of %.1f MiB)\n",
                 alone, 2.0 * m * m * m / alone / 1e9, beside, beside / alone, pulls, chunk_bytes / 1048576.0);
+    // 3b. a local copy (this GPU to itself, as an all-gather's own rows) queued beside the GEMM:
+    // when it ends, counted from the GEMM's start. On the multiprocessors it waits for the GEMM's
+    // last wave; on a copy engine it ends about a copy's time after the start.
+    {
+      cudaEvent_t started, copied, gemm_done;
+      CUDA_CHECK(cudaEventCreate(&started));
+      CUDA_CHECK(cudaEventCreate(&copied));
+      CUDA_CHECK(cudaEventCreate(&gemm_done));
+      auto beside_gemm = [&](const std::function<void()>& issue_copy) {
+        double copy_us = 0, gemm_us = 0;
+        for (int i = 0; i < 5; ++i) {
+          CUDA_CHECK(cudaEventRecord(started, compute));
+          CUDA_CHECK(cudaStreamWaitEvent(copies, started, 0));
+          gemm();
+          CUDA_CHECK(cudaEventRecord(gemm_done, compute));
+          issue_copy();
+          CUDA_CHECK(cudaEventRecord(copied, copies));
+          CUDA_CHECK(cudaDeviceSynchronize());
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, started, copied));
+          copy_us += ms * 1e3 / 5;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, started, gemm_done));
+          gemm_us += ms * 1e3 / 5;
+        }
+        return std::make_pair(copy_us, gemm_us);
+      };
+      const auto plain = beside_gemm([&] { PeerBuffers::copy(gathered, gathered + count, chunk_bytes, copies); });
+      std::printf("local copy of %.1f MiB beside a %.0f us GEMM ends, from the GEMM's start: cudaMemcpyAsync %.0f us",
+                  chunk_bytes / 1048576.0, plain.second, plain.first);
+#if CUDART_VERSION >= 13000
+      // the driver asked for a copy engine (session 26, H200: ignored, 1309 us against 1310)
+      const auto hinted = beside_gemm([&] {
+        cudaMemcpyAttributes attrs{};
+        attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attrs.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        size_t first = 0;
+        void* dsts[] = {gathered};
+        const void* srcs[] = {gathered + count};
+        size_t sizes[] = {chunk_bytes};
+        CUDA_CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attrs, &first, 1, copies));
+      });
+      std::printf(", cudaMemcpyBatchAsync with cudaMemcpyFlagPreferOverlapWithCompute %.0f us", hinted.first);
+#endif
+      std::printf(" (about a copy's time: a copy engine; about the GEMM's: the multiprocessors)\n");
+      cudaEventDestroy(started), cudaEventDestroy(copied), cudaEventDestroy(gemm_done);
+    }
     cudaFree(a), cudaFree(b), cudaFree(c);
     cublasDestroy(blas);
   }

@@ -87,14 +87,20 @@ at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
 }
 enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
 
-// The copy engines' all-gather, started: this rank's rows into its slot, a barrier on the signal
-// stream (so that the compute stream does not wait for the last rank to arrive: at tp 4 the ranks
-// drift apart), then on one copy stream this rank's rows into the result and every peer's pulled
-// from its slot, one peer after another, in ring order, each pull's event recorded.
-// One stream: the pulls share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers: three
-// peers at once are no faster than one after another), and in order each peer's rows land when
-// the GEMM that waits for them comes next (on three streams the copy engines served them in any
-// order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
+// The copy engines' all-gather, started: on the compute stream this rank's rows into its slot and
+// into the result, then a barrier on the signal stream (so that the compute stream does not wait
+// for the last rank to arrive: at tp 4 the ranks drift apart), then on one copy stream every
+// peer's rows pulled from its slot, one peer after another, in ring order, each pull's event
+// recorded. The two local copies are on the compute stream because a copy within one GPU runs on
+// its multiprocessors, not on a copy engine: beside a GEMM it waited for the GEMM's last wave
+// (session 26, tp 2: own rows up to 1.4 ms late, the peers' pulls behind them, and the next GEMM
+// waiting 50-70 us for them; dev/cuda/peer_buffers shows a local copy queued beside a GEMM ending
+// with it, with or without cudaMemcpyFlagPreferOverlapWithCompute). Queued first, they take ~10 us
+// at full speed, and the pulls then run beside the whole GEMM.
+// One copy stream for the pulls: they share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers:
+// three peers at once are no faster than one after another), and in order each peer's rows land
+// when the GEMM that waits for them comes next (on three streams the copy engines served them in
+// any order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
 // the compute stream wait for every pull (wait_for_pull) before the result is used elsewhere, so
 // the allocator's stream-ordered reuse of its block is safe.
 struct PeerGather {
@@ -112,21 +118,16 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
   PeerGather g{torch::empty(gathered_tokens_shape(in, size), in.options()), local.size(0)};
   char* all = static_cast<char*>(g.gathered.data_ptr());
   const int s = peers.next_slot();
-  // `in` outlives the copies: the compute stream waits for the pulls, which follow them.
+  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, compute.stream());
   const auto signal = signal_stream(device);
   auto& input_ready = reused_event(device, kInputReady);
   input_ready.record(compute);
   input_ready.block(signal);
-  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, signal.stream());
   peers.barrier(signal.stream());
   auto& published = reused_event(device, kPublished);
   published.record(signal);
-  // This rank's rows into the result on the copy stream as well, before the pulls: the GEMMs read
-  // `in` itself, and each caller's wait for the last pull covers this copy. (On the compute
-  // stream it cost the GEMMs 6 us an all-gather at GPT-39B width: the twenty-fourth session's trace.)
+  kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, compute.stream());
   const auto pulls = peer_stream(device, 1);
-  input_ready.block(pulls);
-  kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, pulls.stream());
   published.block(pulls);
   for (int k = 1; k < size; ++k) {
     const int from = (rank + k) % size;
