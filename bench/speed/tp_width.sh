@@ -13,11 +13,11 @@
 #   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
 # Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
 # ME_BENCH_TPS ("2 4"), ME_BENCH_MICRO_BATCH (1), ME_BENCH_STEPS (16: four timed windows of 4), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
-# ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v is set in the environment),
+# ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v or ME_TP_X=v is set in the environment),
 # ME_BENCH_TORCH_REF (1: also plain PyTorch's layer at tp 1 and each tp, bench/reference/tp_layer_ref.py,
 # its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
 # in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
-# tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere), ME_BENCH_TP1_EACH_GPU
+# tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere; "all": tp 1 too), ME_BENCH_TP1_EACH_GPU
 # (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace).
 # Each row also gives its 2L run's SM clock (the median while busy, of its slowest GPU): session 24
 # saw a run's two timed windows 12% apart and the same code 4 points apart on two machines.
@@ -76,7 +76,7 @@ run() {
   local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=() env=() overrides=() o
   local trace="${TMPDIR:-/tmp}/tp_width.$$.trace.json"
   for o in "$@"; do
-    case $o in NCCL_*=* | CUDA_VISIBLE_DEVICES=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
+    case $o in NCCL_*=* | CUDA_VISIBLE_DEVICES=* | ME_TP_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
   done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
@@ -104,7 +104,7 @@ run() {
     python3 "$repo/bench/speed/trace_ranks.py" "$trace" >> "$log" 2>&1
     hostbound=$(sed -n 's/^host-bound .*: rank(s) //p' "$log" | tail -1)
   fi
-  if [ -n "${ME_BENCH_KEEP_TRACES:-}" ] && [ "$tp" -gt 1 ] && [ -f "$trace" ]; then  # for trace_ranks.py later
+  if [ -f "$trace" ] && { [ "${ME_BENCH_KEEP_TRACES:-}" = all ] || { [ -n "${ME_BENCH_KEEP_TRACES:-}" ] && [ "$tp" -gt 1 ]; }; }; then  # for trace_ranks.py later
     tar czf "$out/traces-$model-L$layers-tp$tp-$label.tgz" -C "$(dirname "$trace")" $(cd "$(dirname "$trace")" && ls "$(basename "${trace%.json}")"*.json)
   fi
   rm -f "${trace%.json}"*.json

@@ -3,6 +3,9 @@
 //   1. checks: an all-gather that pulls every peer's slot after a barrier, and a reduce-scatter
 //      that pushes a chunk into each peer's slot, barriers and sums, over several rounds that
 //      alternate the slots (a stale or early read shows as a wrong value);
+//   1b. the same all-gather captured in a CUDA graph and replayed: each replay's barriers count as
+//      new ones (the count is on the GPU), and each replay gathers that replay's values (a round
+//      number kept on the GPU), mixed with eager barriers before and after;
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
@@ -42,6 +45,14 @@ void host_barrier(Shared* s, int n, int round) {
 }
 
 __global__ void fill(float* p, size_t n, float value) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) p[i] = value;
+}
+
+// The graph check's fill: this rank's slot gets 1000 x round + rank, the round counted on the GPU
+// (a captured kernel argument would repeat at every replay).
+__global__ void next_round(int* round) { ++*round; }
+__global__ void fill_round(float* p, size_t n, const int* round, int rank) {
+  const float value = static_cast<float>(1000 * *round + rank);
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) p[i] = value;
 }
 
@@ -149,6 +160,42 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
     std::printf("checks: all-gather (pull) and reduce-scatter (push) over %d GPUs, 6 rounds: %s\n", n,
                 shared->failures.load() ? "FAILED" : "ok");
 
+  // 1b. one all-gather in a CUDA graph (slot 0, a barrier after the pulls so that the next
+  // replay's fill cannot overwrite what a peer still reads), replayed 4 times, then an eager
+  // barrier: every rank counts the same barriers whichever way they ran.
+  {
+    int* device_round = nullptr;
+    CUDA_CHECK(cudaMalloc(&device_round, sizeof(int)));
+    CUDA_CHECK(cudaMemset(device_round, 0, sizeof(int)));
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
+    next_round<<<1, 1, 0, compute>>>(device_round);
+    fill_round<<<256, 256, 0, compute>>>(static_cast<float*>(peers.slot(rank, 0)), count, device_round, rank);
+    peers.barrier(compute);
+    for (int k = 0; k < n; ++k) PeerBuffers::copy(gathered + k * count, peers.slot(k, 0), chunk_bytes, compute);
+    peers.barrier(compute);
+    CUDA_CHECK(cudaStreamEndCapture(compute, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    bool graph_ok = true;
+    for (int replay = 1; replay <= 4; ++replay) {
+      CUDA_CHECK(cudaGraphLaunch(exec, compute));
+      CUDA_CHECK(cudaStreamSynchronize(compute));
+      for (int k = 0; k < n; ++k) graph_ok = graph_ok && all_equal(gathered + k * count, count, static_cast<float>(1000 * replay + k));
+    }
+    peers.barrier(compute);  // eager again, after the replays
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaFree(device_round));
+    if (!graph_ok) shared->failures.fetch_add(1);
+    host_barrier(shared, n, round++);
+    if (rank == 0)
+      std::printf("checks: the all-gather in a CUDA graph, 4 replays between eager barriers: %s\n",
+                  shared->failures.load() ? "FAILED" : "ok");
+  }
+
   // 2. bandwidth: rank 0 pulls one peer's chunk, then every peer's at once (a stream each)
   const int iters = 20;
   if (rank == 0 && n > 1) {
@@ -203,6 +250,52 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
     const double beside = ms_since(t0) / iters;
     std::printf("GEMM 8192^3 bf16: %.3f ms alone (%.0f TFLOP/s), %.3f ms beside copy-engine pulls (%.3fx; %d pulls of %.1f MiB)\n",
                 alone, 2.0 * m * m * m / alone / 1e9, beside, beside / alone, pulls, chunk_bytes / 1048576.0);
+    // 3b. a local copy (this GPU to itself, as an all-gather's own rows) queued beside the GEMM:
+    // when it ends, counted from the GEMM's start. On the multiprocessors it waits for the GEMM's
+    // last wave; on a copy engine it ends about a copy's time after the start.
+    {
+      cudaEvent_t started, copied, gemm_done;
+      CUDA_CHECK(cudaEventCreate(&started));
+      CUDA_CHECK(cudaEventCreate(&copied));
+      CUDA_CHECK(cudaEventCreate(&gemm_done));
+      auto beside_gemm = [&](const std::function<void()>& issue_copy) {
+        double copy_us = 0, gemm_us = 0;
+        for (int i = 0; i < 5; ++i) {
+          CUDA_CHECK(cudaEventRecord(started, compute));
+          CUDA_CHECK(cudaStreamWaitEvent(copies, started, 0));
+          gemm();
+          CUDA_CHECK(cudaEventRecord(gemm_done, compute));
+          issue_copy();
+          CUDA_CHECK(cudaEventRecord(copied, copies));
+          CUDA_CHECK(cudaDeviceSynchronize());
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, started, copied));
+          copy_us += ms * 1e3 / 5;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, started, gemm_done));
+          gemm_us += ms * 1e3 / 5;
+        }
+        return std::make_pair(copy_us, gemm_us);
+      };
+      const auto plain = beside_gemm([&] { PeerBuffers::copy(gathered, gathered + count, chunk_bytes, copies); });
+      std::printf("local copy of %.1f MiB beside a %.0f us GEMM ends, from the GEMM's start: cudaMemcpyAsync %.0f us",
+                  chunk_bytes / 1048576.0, plain.second, plain.first);
+#if CUDART_VERSION >= 13000
+      // the driver asked for a copy engine (session 26, H200: ignored, 1309 us against 1310)
+      const auto hinted = beside_gemm([&] {
+        cudaMemcpyAttributes attrs{};
+        attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attrs.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        size_t first = 0;
+        void* dsts[] = {gathered};
+        const void* srcs[] = {gathered + count};
+        size_t sizes[] = {chunk_bytes};
+        CUDA_CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attrs, &first, 1, copies));
+      });
+      std::printf(", cudaMemcpyBatchAsync with cudaMemcpyFlagPreferOverlapWithCompute %.0f us", hinted.first);
+#endif
+      std::printf(" (about a copy's time: a copy engine; about the GEMM's: the multiprocessors)\n");
+      cudaEventDestroy(started), cudaEventDestroy(copied), cudaEventDestroy(gemm_done);
+    }
     cudaFree(a), cudaFree(b), cudaFree(c);
     cublasDestroy(blas);
   }

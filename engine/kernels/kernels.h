@@ -23,6 +23,13 @@ void swiglu_forward(DType t, const void* gate_up, void* out, int64_t n, void* st
 void swiglu_backward(DType t, const void* gate_up, const void* grad_out, void* grad_gate_up, int64_t n,
                      void* stream);
 
+// --- Sum of partial results (the copy engines' reduce-scatter) --------------------------------
+// out[i] = first[i] + parts[0][i] + parts[1][i] + ... for i < n, each addition rounded to the
+// storage type as a separate add_ rounds it (the same bits as count add_ calls in that order on
+// a copy of first), in one pass. out may be first (in place).
+constexpr int kMaxSumParts = 7;  // tp 8: the seven peers' pushes
+void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream);
+
 // --- Rotary position embedding ("rotate half") -----------------------------------------------
 // Rows of head_dim elements addressed by (batch, position, group, rep) with element strides,
 // the last dimension contiguous: heads are split as (group, rep) so queries can be read straight

@@ -18,10 +18,14 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("PeerBuffers: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// One thread per other rank: tell rank j that this rank arrived (its word in j's pad), then wait
-// for j's word in this rank's pad. The fences order this rank's earlier writes before its signal
-// and the peers' writes before what follows the barrier on this stream.
-__global__ void barrier_kernel(uint64_t** pads, int rank, int size, uint64_t epoch) {
+// Thread 0 counts this barrier (the count is its epoch); then one thread per other rank: tell rank
+// j that this rank arrived (its word in j's pad), then wait for j's word in this rank's pad. The
+// fences order this rank's earlier writes before its signal and the peers' writes before what
+// follows the barrier on this stream.
+__global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int size) {
+  __shared__ uint64_t epoch;
+  if (threadIdx.x == 0) epoch = ++*count;  // only this rank's barriers touch its count, in stream order
+  __syncthreads();
   const int j = static_cast<int>(threadIdx.x);
   if (j >= size || j == rank) return;
   __threadfence_system();
@@ -44,6 +48,12 @@ PeerBuffers::PeerBuffers(int rank, int size, size_t slot_bytes) : rank_(rank), s
   check(cudaMalloc(&p, kPadBytes + 2 * slot_bytes_), "cudaMalloc of the region");
   mine_ = static_cast<char*>(p);
   check(cudaMemset(mine_, 0, kPadBytes), "clearing the signal pad");
+  if (const auto e = cudaMalloc(&p, sizeof(uint64_t)); e != cudaSuccess) {
+    cudaFree(mine_);
+    check(e, "cudaMalloc of the barrier count");
+  }
+  device_epoch_ = static_cast<uint64_t*>(p);
+  check(cudaMemset(device_epoch_, 0, sizeof(uint64_t)), "clearing the barrier count");
   check(cudaDeviceSynchronize(), "clearing the signal pad");  // zero before any peer can signal
   regions_.assign(static_cast<size_t>(size), nullptr);
   regions_[static_cast<size_t>(rank)] = mine_;
@@ -53,6 +63,7 @@ PeerBuffers::~PeerBuffers() {
   for (int r = 0; r < size_; ++r)
     if (r != rank_ && regions_[static_cast<size_t>(r)]) cudaIpcCloseMemHandle(regions_[static_cast<size_t>(r)]);
   if (device_pads_) cudaFree(device_pads_);
+  if (device_epoch_) cudaFree(device_epoch_);
   if (mine_) cudaFree(mine_);
 }
 
@@ -94,7 +105,7 @@ void* PeerBuffers::slot(int r, int slot) const {
 void PeerBuffers::barrier(void* stream) {
   if (size_ == 1) return;
   if (!device_pads_) throw std::runtime_error("PeerBuffers::barrier before open()");
-  barrier_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, rank_, size_, ++epoch_);
+  barrier_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, device_epoch_, rank_, size_);
   check(cudaGetLastError(), "barrier kernel launch");
 }
 

@@ -38,12 +38,17 @@ class PeerBuffers {
   size_t slot_bytes() const { return slot_bytes_; }
   // Slot `slot` (0 or 1) of rank r's region, as this process addresses it.
   void* slot(int r, int slot) const;
-  // The slot the next collective uses (they alternate); each call moves on.
+  // The slot the next collective uses (they alternate); each call moves on. The host counts these:
+  // a sequence of collectives captured in a CUDA graph replays the slots it was captured with, so
+  // it must take an even number of them (or end with a barrier), or two replays back to back
+  // would give consecutive collectives the same slot.
   int next_slot() { return static_cast<int>(collectives_++ % 2); }
 
   // Queues on `stream` a wait for every rank of the group to reach the same barrier: each rank's
   // work queued before it (copies into a region included) is done and visible to the others
-  // when the stream goes on. Every rank calls barriers in the same order.
+  // when the stream goes on. Every rank calls barriers in the same order. The barriers are
+  // counted on the GPU, not by the host, so that a barrier captured in a CUDA graph counts as a
+  // new one at every replay, as an eager one does (graphs and eager barriers may mix).
   void barrier(void* stream);
 
   // An asynchronous copy on `stream` (a copy engine when src and dst are on different GPUs).
@@ -55,7 +60,7 @@ class PeerBuffers {
   char* mine_ = nullptr;                 // this rank's region: pad, then the two slots
   std::vector<char*> regions_;           // every rank's region as mapped here (mine_ at rank_)
   uint64_t** device_pads_ = nullptr;     // the regions' signal pads, for the barrier kernel
-  uint64_t epoch_ = 0;                   // barriers so far
+  uint64_t* device_epoch_ = nullptr;     // barriers so far, counted by the barrier kernel
   uint64_t collectives_ = 0;
 };
 

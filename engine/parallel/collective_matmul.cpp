@@ -7,6 +7,8 @@
 #include "engine/parallel/mappings.h"
 #include "engine/parallel/symmetric_slots.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <optional>
 
 #if ME_TORCH_HAS_CUDA
@@ -19,6 +21,7 @@
 #include <mutex>
 #endif
 #if ME_TORCH_HAS_CUDA && ME_HAVE_CUDA_KERNELS
+#include "engine/kernels/kernels.h"
 #include "engine/kernels/peer_buffers.h"
 #define ME_PEER_COLLECTIVES 1
 #else
@@ -84,14 +87,20 @@ at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
 }
 enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
 
-// The copy engines' all-gather, started: this rank's rows into its slot and into the result, a
-// barrier on the signal stream (so that the compute stream does not wait for the last rank to
-// arrive: at tp 4 the ranks drift apart), then every peer's rows pulled from its slot into the
-// result, one peer after another on one copy stream, in ring order, each pull's event recorded.
-// One stream: the pulls share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers: three
-// peers at once are no faster than one after another), and in order each peer's rows land when
-// the GEMM that waits for them comes next (on three streams the copy engines served them in any
-// order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
+// The copy engines' all-gather, started: on the compute stream this rank's rows into its slot and
+// into the result, then a barrier on the signal stream (so that the compute stream does not wait
+// for the last rank to arrive: at tp 4 the ranks drift apart), then on one copy stream every
+// peer's rows pulled from its slot, one peer after another, in ring order, each pull's event
+// recorded. The two local copies are on the compute stream because a copy within one GPU runs on
+// its multiprocessors, not on a copy engine: beside a GEMM it waited for the GEMM's last wave
+// (session 26, tp 2: own rows up to 1.4 ms late, the peers' pulls behind them, and the next GEMM
+// waiting 50-70 us for them; dev/cuda/peer_buffers shows a local copy queued beside a GEMM ending
+// with it, with or without cudaMemcpyFlagPreferOverlapWithCompute). Queued first, they take ~10 us
+// at full speed, and the pulls then run beside the whole GEMM.
+// One copy stream for the pulls: they share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers:
+// three peers at once are no faster than one after another), and in order each peer's rows land
+// when the GEMM that waits for them comes next (on three streams the copy engines served them in
+// any order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
 // the compute stream wait for every pull (wait_for_pull) before the result is used elsewhere, so
 // the allocator's stream-ordered reuse of its block is safe.
 struct PeerGather {
@@ -109,12 +118,11 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
   PeerGather g{torch::empty(gathered_tokens_shape(in, size), in.options()), local.size(0)};
   char* all = static_cast<char*>(g.gathered.data_ptr());
   const int s = peers.next_slot();
-  // `in` outlives the copies: the compute stream waits for the pulls, which follow them.
+  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, compute.stream());
   const auto signal = signal_stream(device);
   auto& input_ready = reused_event(device, kInputReady);
   input_ready.record(compute);
   input_ready.block(signal);
-  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, signal.stream());
   peers.barrier(signal.stream());
   auto& published = reused_event(device, kPublished);
   published.record(signal);
@@ -134,39 +142,65 @@ void wait_for_pull(c10::DeviceIndex device, int k) {
   reused_event(device, kArrived + k).block(c10::cuda::getCurrentCUDAStream(device));
 }
 
+// How many peers' rows one GEMM of peer_all_gather_rows takes, at most (ME_TP_GATHER_GROUP; 1,
+// the default: each peer's rows as soon as they land). A measurement to make, not yet a setting:
+// at tp 4 a 512-row chunk of GPT-39B's QKV GEMM is 96 tiles for 132 SMs, and fewer, larger
+// GEMMs trade a wait for the later pulls (which run faster than the GEMMs) for fuller waves.
+int gather_group() {
+  static const int group = [] {
+    const char* v = std::getenv("ME_TP_GATHER_GROUP");
+    return v ? std::max(1, std::atoi(v)) : 1;
+  }();
+  return group;
+}
+
 // all_gather_rows on the copy engines: the GEMM of this rank's own rows while the pulls run, then
-// each peer's rows as soon as they have landed.
+// the peers' rows as soon as they have landed, gather_group() peers' contiguous rows at a time.
 torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
   const auto g = start_peer_all_gather(in, tp);
   const int size = tp.peers->size(), rank = tp.peers->rank();
   const auto all_rows = rows2d(g.gathered);
   rows(rows2d(in), g.rows * rank);
-  for (int k = 1; k < size; ++k) {
-    wait_for_pull(in.device().index(), k);
-    const int64_t from = g.rows * ((rank + k) % size);
-    rows(all_rows.narrow(0, from, g.rows), from);
+  for (const auto& run : peer_runs(rank, size, gather_group())) {
+    wait_for_pull(in.device().index(), run.last_pull);  // one copy stream: the earlier pulls are in too
+    rows(all_rows.narrow(0, g.rows * run.first, g.rows * run.count), g.rows * run.first);
   }
   return g.gathered;
 }
 
-// Pushes rows [to x n, (to + 1) x n) of this rank's partial sums to rank `to`'s slot s, at this
-// rank's place in it, on a copy stream after what the compute stream has queued. The caller keeps
-// `chunk` alive until finish_peer_reduce_scatter has made the compute stream wait for the push
-// (instead of record_stream, whose events the allocator would poll).
-void push_partial(const torch::Tensor& chunk, int to, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
-                  int k) {
+// Pushes `piece`, rows of this rank's partial sums for rank `to`, into to's slot s at `offset`
+// bytes (this rank's place in it, and the piece's within that), on a copy stream after what the
+// compute stream has queued. The caller keeps `piece` alive until finish_peer_reduce_scatter has
+// made the compute stream wait for the push (instead of record_stream, whose events the allocator
+// would poll).
+void push_partial(const torch::Tensor& piece, int to, int s, size_t offset, kernels::PeerBuffers& peers,
+                  c10::DeviceIndex device, int k) {
   const auto stream = peer_stream(device, k);
   auto& ready = reused_event(device, kReady);
   ready.record(c10::cuda::getCurrentCUDAStream(device));
   ready.block(stream);
-  const size_t bytes = nbytes(chunk);
-  kernels::PeerBuffers::copy(static_cast<char*>(peers.slot(to, s)) + static_cast<size_t>(peers.rank()) * bytes,
-                             chunk.data_ptr(), bytes, stream.stream());
+  kernels::PeerBuffers::copy(static_cast<char*>(peers.slot(to, s)) + offset, piece.data_ptr(), nbytes(piece),
+                             stream.stream());
+}
+
+// How many pieces each peer's rows of the copy engines' reduce-scatter are computed and pushed in
+// (ME_TP_RS_SPLIT; 1, the default: one). A measurement to make, not yet a setting: the push of the
+// last peer's rows runs beside this rank's own GEMM, and in N pieces only its last 1/N waits after
+// it (GPT-39B width, tp 4: 35 us pushes against 25 us GEMMs), against GEMMs 1/N as tall.
+int reduce_scatter_split() {
+  static const int split = [] {
+    const char* v = std::getenv("ME_TP_RS_SPLIT");
+    return v ? std::max(1, std::atoi(v)) : 1;
+  }();
+  return split;
 }
 
 // After the pushes: the compute stream waits for them, the barrier (every rank's pushes into this
-// rank's slot are in), then this rank's own chunk plus what each peer pushed.
-torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device) {
+// rank's slot are in), then this rank's own chunk plus what each peer pushed, in one pass
+// (kernels::sum_parts, the bits of an add_ per part in this order): into `own` itself, or with
+// `fresh` into a new tensor (own is then a view into a larger buffer, which the sum must not keep).
+torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
+                                         bool fresh) {
   const auto compute = c10::cuda::getCurrentCUDAStream(device);
   for (int k = 1; k < peers.size(); ++k) {
     auto& pushed = reused_event(device, kPushed + k);
@@ -175,15 +209,37 @@ torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::Peer
   }
   peers.barrier(compute.stream());
   const size_t bytes = nbytes(own);
+  std::vector<const void*> parts;
   for (int k = 1; k < peers.size(); ++k) {
     const int from = (peers.rank() - k + peers.size()) % peers.size();
-    own.add_(torch::from_blob(static_cast<char*>(peers.slot(peers.rank(), s)) + static_cast<size_t>(from) * bytes,
-                              own.sizes(), own.options()));
+    parts.push_back(static_cast<char*>(peers.slot(peers.rank(), s)) + static_cast<size_t>(from) * bytes);
   }
-  return own;
+  auto out = fresh ? torch::empty(own.sizes(), own.options()) : own;
+  const auto type = own.scalar_type();
+  if ((type == torch::kBFloat16 || type == torch::kFloat) && own.is_contiguous() &&
+      parts.size() <= static_cast<size_t>(kernels::kMaxSumParts)) {
+    kernels::sum_parts(type == torch::kFloat ? kernels::DType::f32 : kernels::DType::bf16, out.data_ptr(),
+                       own.data_ptr(), parts.data(), static_cast<int>(parts.size()), own.numel(), compute.stream());
+    return out;
+  }
+  if (fresh) out.copy_(own);
+  for (const void* part : parts) out.add_(torch::from_blob(const_cast<void*>(part), own.sizes(), own.options()));
+  return out;
 }
 #endif
 }  // namespace
+
+std::vector<PeerRun> peer_runs(int rank, int size, int group) {
+  std::vector<PeerRun> runs;
+  for (int k = 1; k < size;) {
+    PeerRun r{(rank + k) % size, 1, 0};
+    while (r.count < group && k + r.count < size && r.first + r.count < size) ++r.count;
+    r.last_pull = k + r.count - 1;
+    runs.push_back(r);
+    k += r.count;
+  }
+  return runs;
+}
 
 std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
                                        torch::Tensor* produced) {
@@ -336,18 +392,25 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
 #if ME_PEER_COLLECTIVES
   if (tp.peers) {  // the chunk's size is known once the first is computed
     const int s = tp.peers->next_slot();
+    const int64_t split = chunk_rows % reduce_scatter_split() == 0 ? reduce_scatter_split() : 1;
+    const int64_t piece_rows = chunk_rows / split;
     std::vector<torch::Tensor> pushed;  // alive until the compute stream has waited for the pushes
     for (int step = 1; step < size; ++step) {
       const int to = (rank + step) % size;
-      auto mine = partial(to * chunk_rows, chunk_rows).contiguous();
-      ME_CHECK(mine.is_cuda() && nbytes(mine) * static_cast<size_t>(size) <= tp.peers->slot_bytes(),
-               "parallel.tp_comm_backend = \"copy_engine\": a reduce-scatter of ", nbytes(mine) * size,
-               " bytes does not fit the peer buffers' ", tp.peers->slot_bytes(), " (sized from batch.micro x model.seq x model.hidden)");
-      push_partial(mine, to, s, *tp.peers, mine.device().index(), step);
-      pushed.push_back(std::move(mine));
+      for (int64_t j = 0; j < split; ++j) {
+        auto mine = partial(to * chunk_rows + j * piece_rows, piece_rows).contiguous();
+        const size_t piece = nbytes(mine), chunk = piece * static_cast<size_t>(split);
+        ME_CHECK(mine.is_cuda() && chunk * static_cast<size_t>(size) <= tp.peers->slot_bytes(),
+                 "parallel.tp_comm_backend = \"copy_engine\": a reduce-scatter of ", chunk * size,
+                 " bytes does not fit the peer buffers' ", tp.peers->slot_bytes(),
+                 " (sized from batch.micro x model.seq x model.hidden)");
+        push_partial(mine, to, s, static_cast<size_t>(rank) * chunk + static_cast<size_t>(j) * piece, *tp.peers,
+                     mine.device().index(), step);
+        pushed.push_back(std::move(mine));
+      }
     }
     auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
-    return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index());
+    return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index(), /*fresh=*/false);
   }
 #endif
   std::vector<torch::Tensor> received;
@@ -380,14 +443,17 @@ std::function<torch::Tensor()> start_peer_reduce_scatter(const torch::Tensor& fu
   const auto device = full.device().index();
   for (int k = 1; k < peers.size(); ++k) {
     const int to = (peers.rank() + k) % peers.size();
-    push_partial(rows.narrow(0, to * m, m), to, s, peers, device, k);
+    const auto chunk = rows.narrow(0, to * m, m);
+    push_partial(chunk, to, s, static_cast<size_t>(peers.rank()) * nbytes(chunk), peers, device, k);
   }
   auto sizes = full.sizes().vec();
   sizes[1] /= peers.size();
-  auto own = rows.narrow(0, peers.rank() * m, m).clone();
-  // `rows` rides along: the pushes read it until the compute stream waits for them in finish.
+  auto own = rows.narrow(0, peers.rank() * m, m);
+  // `rows` rides along: the pushes read it until the compute stream waits for them in finish,
+  // and the sum reads this rank's rows of it into a tensor of its own.
   return [own, keep = rows, s, &peers, device, sizes]() mutable {
-    auto sum = finish_peer_reduce_scatter(own, s, peers, device).view(sizes);
+    auto sum = finish_peer_reduce_scatter(own, s, peers, device, /*fresh=*/true).view(sizes);
+    own = torch::Tensor();
     keep = torch::Tensor();
     return sum;
   };

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <vector>
 
 #include "engine/parallel/tensor_parallel.h"
 
@@ -53,6 +54,15 @@ using RowsInto = std::function<void(const torch::Tensor& in, int64_t first)>;
 // each peer's as soon as it is in (the copy engines; NCCL with TensorParallel::gather_ring), or
 // else on the rows before it and the rows after it once all are.
 torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows);
+
+// The peers' rows of the copy engines' all-gather in the order they are pulled (rank + 1,
+// rank + 2, ... around the ring), as runs of at most `group` peers whose rows are contiguous (a
+// run stops at the wrap to rank 0): each run is one GEMM, once its last pull (the k-th, k from 1)
+// has landed.
+struct PeerRun {
+  int first = 0, count = 0, last_pull = 0;
+};
+std::vector<PeerRun> peer_runs(int rank, int size, int group);
 
 // All-gathers `local` ([b, s / tp, ...]) into [b, s, ...], which it returns, while beside()
 // runs on the current stream (backward's held weight-gradient GEMM: DelayedWeightGrad): on the

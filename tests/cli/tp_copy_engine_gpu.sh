@@ -39,6 +39,9 @@ paste "$tmp/copy_engine.loss" "$tmp/auto.loss" | awk '{ d = ($1 - $2) / $1; if (
   { echo "FAILED: auto's losses differ from copy_engine's"; paste "$tmp/copy_engine.loss" "$tmp/auto.loss"; exit 1; }
 [ -s "$tmp/nccl.loss" ] || { echo "FAILED: no loss logged"; tail -20 "$tmp/nccl.log"; exit 1; }
 follows nccl copy_engine ""
+# the reduce-scatters' rows for each peer computed and pushed in 2 pieces (ME_TP_RS_SPLIT)
+ME_TP_RS_SPLIT=2 train copy_engine_split2 2 parallel.tp_comm_backend=copy_engine
+follows copy_engine copy_engine_split2 "with ME_TP_RS_SPLIT=2: "
 grep -h "tokens/s" "$tmp/nccl.log" | tail -1 | sed 's/^/nccl:        /'
 grep -h "tokens/s" "$tmp/copy_engine.log" | tail -1 | sed 's/^/copy_engine: /'
 # With 4 GPUs also tp 4, where each rank pulls from three peers one after another and pushes to
@@ -50,5 +53,8 @@ if [ "$gpus" -ge 4 ]; then
   train tp4_copy_engine_nodelay 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine parallel.tp_delay_wgrad=false
   follows tp4_nccl tp4_copy_engine "tp 4: "
   follows tp4_copy_engine tp4_copy_engine_nodelay "tp 4 without tp_delay_wgrad: "
+  # and with the peers' rows of the all-gathers' GEMMs grouped (ME_TP_GATHER_GROUP: up to 3 at once)
+  ME_TP_GATHER_GROUP=3 train tp4_copy_engine_grouped 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
+  follows tp4_copy_engine tp4_copy_engine_grouped "tp 4 with ME_TP_GATHER_GROUP=3: "
 fi
 echo "tp_copy_engine_gpu: passed"

@@ -9,6 +9,7 @@
 
 #include "engine/core/torch_compat.h"
 #include "engine/model/transformer.h"
+#include "engine/parallel/collective_matmul.h"
 #include "engine/parallel/symmetric_slots.h"
 #include "engine/parallel/grad_buffer.h"
 
@@ -522,4 +523,40 @@ TEST_CASE("symmetric slots: one size, given back when the tensor dies, nothing p
   auto again = slots.take({2, 10}, opts);  // smaller fits too
   CHECK(again.data_ptr() == third);
   CHECK(slots.registered_bytes() == window);
+}
+
+TEST_CASE("copy-engine all-gather: the peers' rows as runs of contiguous ranks, in pull order", "[model]") {
+  using me::parallel::peer_runs;
+  // "first:count:last_pull" per run
+  auto flat = [](const std::vector<me::parallel::PeerRun>& runs) {
+    std::string out;
+    for (const auto& r : runs)
+      out += (out.empty() ? "" : " ") + std::to_string(r.first) + ":" + std::to_string(r.count) + ":" +
+             std::to_string(r.last_pull);
+    return out;
+  };
+  // one peer a GEMM (the default): every pull, in ring order
+  CHECK(flat(peer_runs(1, 4, 1)) == "2:1:1 3:1:2 0:1:3");
+  // up to 3: rank 1 pulls 2, 3, then 0 across the wrap
+  CHECK(flat(peer_runs(1, 4, 3)) == "2:2:2 0:1:3");
+  CHECK(flat(peer_runs(3, 4, 3)) == "0:3:3");
+  CHECK(flat(peer_runs(0, 4, 2)) == "1:2:2 3:1:3");
+  CHECK(flat(peer_runs(0, 2, 8)) == "1:1:1");
+  // every peer exactly once, whatever the group
+  for (int size : {2, 4, 8})
+    for (int rank = 0; rank < size; ++rank)
+      for (int group = 1; group <= size; ++group) {
+        std::set<int> seen;
+        int pulls = 0;
+        for (const auto& r : peer_runs(rank, size, group)) {
+          CHECK(r.count >= 1);
+          CHECK(r.count <= group);
+          CHECK(r.first + r.count <= size);  // contiguous rows
+          for (int i = 0; i < r.count; ++i) CHECK(seen.insert(r.first + i).second);
+          pulls += r.count;
+          CHECK(r.last_pull == pulls);
+        }
+        CHECK(pulls == size - 1);
+        CHECK(seen.count(rank) == 0);
+      }
 }
