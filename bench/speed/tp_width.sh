@@ -19,8 +19,11 @@
 # in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
 # tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere; "all": tp 1 too), ME_BENCH_TP1_EACH_GPU
 # (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace).
-# Each row also gives its 2L run's SM clock (the median while busy, of its slowest GPU): session 24
-# saw a run's two timed windows 12% apart and the same code 4 points apart on two machines.
+# ME_BENCH_CLOCKS=MS: each row also gives its 2L run's SM clock (nvidia-smi every MS ms; the median
+# while busy, of its slowest GPU): session 24 saw a run's two timed windows 12% apart and the same
+# code 4 points apart on two machines. Off by default: the sampler's NVML queries run beside the
+# timed steps, and every tp > 1 row of session 26 that had it (tp 2: 0.90 in three calls, against
+# 0.92-0.93 in sessions 21 and 24; tp 4: 0.70 with one rank's host far behind) came out lower.
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,8 +49,9 @@ rows=$out/rows.jsonl
 warmup=${ME_BENCH_WARMUP:-4}
 [ "$warmup" -ge 4 ] || { echo "ME_BENCH_WARMUP must be >= 4 (the profile runs in the warm-up)"; exit 2; }
 
-# The GPUs' SM clocks while a run is busy (sampled every 200 ms): a GPU that throttles for power
-# or heat moves a row's figure between runs and machines, and this says whether it did.
+# The GPUs' SM clocks while a run is busy (ME_BENCH_CLOCKS: sampled every that many ms): a GPU that
+# throttles for power or heat moves a row's figure between runs and machines, and this says
+# whether it did.
 clock_summary() {  # SAMPLES_CSV GPU... -> "MHz" (median over busy samples, lowest GPU's) or "-"
   local csv=$1
   shift
@@ -84,12 +88,17 @@ run() {
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
     ME_BENCH_OVERRIDES="model.layers=$layers batch.global=$((8 * micro)) parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace" \
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 &
-  local job=$! sampler
-  nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm --format=csv,noheader,nounits -lms 200 > "$log.clocks" 2>/dev/null &
-  sampler=$!
+  local job=$! sampler=
+  : > "$log.clocks"
+  if [ -n "${ME_BENCH_CLOCKS:-}" ]; then
+    nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm --format=csv,noheader,nounits -lms "$ME_BENCH_CLOCKS" > "$log.clocks" 2>/dev/null &
+    sampler=$!
+  fi
   wait "$job"
-  kill "$sampler" 2>/dev/null
-  wait "$sampler" 2>/dev/null
+  if [ -n "$sampler" ]; then
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+  fi
   local used=() g visible=
   for o in "${env[@]}"; do [[ $o == CUDA_VISIBLE_DEVICES=* ]] && visible=${o#*=}; done
   if [ -n "$visible" ]; then IFS=, read -ra used <<< "$visible"; else for ((g = 0; g < tp; g++)); do used+=("$g"); done; fi
