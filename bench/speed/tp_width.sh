@@ -88,8 +88,7 @@ run() {
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
     ME_BENCH_OVERRIDES="model.layers=$layers batch.global=$((8 * micro)) parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace" \
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 &
-  local job=$! sampler=
-  : > "$log.clocks"
+  local job=$! sampler= mhz=-
   if [ -n "${ME_BENCH_CLOCKS:-}" ]; then
     nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm --format=csv,noheader,nounits -lms "$ME_BENCH_CLOCKS" > "$log.clocks" 2>/dev/null &
     sampler=$!
@@ -98,14 +97,13 @@ run() {
   if [ -n "$sampler" ]; then
     kill "$sampler" 2>/dev/null
     wait "$sampler" 2>/dev/null
+    local used=() g visible=
+    for o in "${env[@]}"; do [[ $o == CUDA_VISIBLE_DEVICES=* ]] && visible=${o#*=}; done
+    if [ -n "$visible" ]; then IFS=, read -ra used <<< "$visible"; else for ((g = 0; g < tp; g++)); do used+=("$g"); done; fi
+    mhz=$(clock_summary "$log.clocks" "${used[@]}")
+    echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]})" >> "$log"
+    rm -f "$log.clocks"
   fi
-  local used=() g visible=
-  for o in "${env[@]}"; do [[ $o == CUDA_VISIBLE_DEVICES=* ]] && visible=${o#*=}; done
-  if [ -n "$visible" ]; then IFS=, read -ra used <<< "$visible"; else for ((g = 0; g < tp; g++)); do used+=("$g"); done; fi
-  local mhz
-  mhz=$(clock_summary "$log.clocks" "${used[@]}")
-  echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]})" >> "$log"
-  rm -f "$log.clocks"
   # Every rank's trace of the profiled steps: which rank the others wait for (host-bound ones
   # start their kernels microseconds after launching them); the traces themselves are dropped.
   local ms exposed hostbound=-

@@ -142,15 +142,19 @@ void wait_for_pull(c10::DeviceIndex device, int k) {
   reused_event(device, kArrived + k).block(c10::cuda::getCurrentCUDAStream(device));
 }
 
+// An experiment's count from the environment variable `name`: at least 1, and 1 (the behaviour
+// without the experiment) when unset.
+int experiment_count(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::max(1, std::atoi(v)) : 1;
+}
+
 // How many peers' rows one GEMM of peer_all_gather_rows takes, at most (ME_TP_GATHER_GROUP; 1,
 // the default: each peer's rows as soon as they land). A measurement to make, not yet a setting:
 // at tp 4 a 512-row chunk of GPT-39B's QKV GEMM is 96 tiles for 132 SMs, and fewer, larger
 // GEMMs trade a wait for the later pulls (which run faster than the GEMMs) for fuller waves.
 int gather_group() {
-  static const int group = [] {
-    const char* v = std::getenv("ME_TP_GATHER_GROUP");
-    return v ? std::max(1, std::atoi(v)) : 1;
-  }();
+  static const int group = experiment_count("ME_TP_GATHER_GROUP");
   return group;
 }
 
@@ -188,10 +192,7 @@ void push_partial(const torch::Tensor& piece, int to, int s, size_t offset, kern
 // last peer's rows runs beside this rank's own GEMM, and in N pieces only its last 1/N waits after
 // it (GPT-39B width, tp 4: 35 us pushes against 25 us GEMMs), against GEMMs 1/N as tall.
 int reduce_scatter_split() {
-  static const int split = [] {
-    const char* v = std::getenv("ME_TP_RS_SPLIT");
-    return v ? std::max(1, std::atoi(v)) : 1;
-  }();
+  static const int split = experiment_count("ME_TP_RS_SPLIT");
   return split;
 }
 
