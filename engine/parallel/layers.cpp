@@ -93,13 +93,15 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
 }
 
 // Under sequence parallelism the reduce-scatter happens inside the GEMM's function (overlapped
-// with it); without, the partial products are all-reduced after it. The bias is added once, after.
+// with it), which adds the bias once after it and takes its gradient with the weight's (one
+// autograd node, no separate add and sum); without, the partial products are all-reduced after
+// it and the bias added after that.
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) { return forward_product(x, linear); }
 
 torch::Tensor RowParallelLinearImpl::forward_product(const torch::Tensor& x, LinearFn product) {
   // Nothing to reduce: the bias can join the GEMM.
   if (!tp_.active()) return product(x, weight, bias, LinearComm::local(main_grads, fp8.get()));
-  if (tp_.sequence_parallel) return add_bias(product(x, weight, {}, LinearComm::row(tp_, main_grads, fp8.get())));
+  if (tp_.sequence_parallel) return product(x, weight, bias, LinearComm::row(tp_, main_grads, fp8.get()));
   return add_bias(reduce_from_tp(product(x, weight, {}, LinearComm::local(main_grads, fp8.get())), tp_));
 }
 
@@ -107,7 +109,7 @@ torch::Tensor RowParallelLinearImpl::forward_gelu(const kernels::Activated& a) {
   if (!a.out.defined() && fp8) return forward_product(a.pre, linear_of_gelu);  // GeLU inside the fp8 cast
   if (!a.out.defined()) return forward(torch::gelu(a.pre, "tanh"));
   if (!tp_.active()) return gelu_linear(a, weight, bias, LinearComm::local(main_grads));
-  if (tp_.sequence_parallel) return add_bias(gelu_linear(a, weight, {}, LinearComm::row(tp_, main_grads)));
+  if (tp_.sequence_parallel) return gelu_linear(a, weight, bias, LinearComm::row(tp_, main_grads));
   return add_bias(reduce_from_tp(gelu_linear(a, weight, {}, LinearComm::local(main_grads)), tp_));
 }
 

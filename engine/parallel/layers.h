@@ -31,9 +31,10 @@ torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const 
 //   sequence parallelism (the GEMM starting on this rank's own tokens while the others arrive);
 //   its gradient is reduced over TP in backward on a side stream, overlapped with the
 //   weight-gradient GEMM (Megatron's LinearWithGradAccumulationAndAsyncCommunication).
-// - row (sequence parallelism only, no bias): the output is a row-parallel layer's,
-//   reduce-scattered over the tokens, each rank's rows sent as soon as they are computed
-//   (parallel/collective_matmul.h); backward gathers the output gradient the same way.
+// - row (sequence parallelism only): the output is a row-parallel layer's, reduce-scattered over
+//   the tokens, each rank's rows sent as soon as they are computed (parallel/collective_matmul.h),
+//   the bias added once after the sum; backward gathers the output gradient the same way, and
+//   takes the bias's gradient from this rank's tokens.
 // - local: no communication.
 // `sink`: gradient-accumulation fusion, the backward writing the weight and bias gradients into
 // its main grads instead of returning them to autograd (w must then feed no other operation: its

@@ -105,6 +105,27 @@ struct Fp8WeightGrad {
   kernels::Fp8Matrix dy_t, x_t;
 };
 
+// The bias gradient of y = x w^T + b from dy [rows, out]: into the sink's main grad (written, or
+// added to what earlier micro-batches left there, and marked written), or with no sink (or a bias
+// it does not hold) returned.
+torch::Tensor compute_bias_grad(const torch::Tensor& dy, const torch::Tensor& b, MainGradSink* sink) {
+  bool accumulate = false;
+  if (auto main = sink ? sink->main_grad(b, &accumulate) : torch::Tensor(); main.defined()) {
+    if (dy.is_cuda()) {
+      // The column sums as ones^T dy, written (or added) by cuBLAS in the main grad's dtype: one
+      // read of dy, measured 15% faster than LibTorch's dim-0 sum on the H100, and no separate add.
+      auto row = main.view({1, -1});
+      compat::matmul_into(row, torch::ones({1, dy.size(0)}, dy.options()), dy, accumulate);
+    } else {
+      auto sum = dy.sum(0, /*keepdim=*/false, main.scalar_type());
+      accumulate ? main.add_(sum) : main.copy_(sum);
+    }
+    sink->mark_written(b);
+    return {};
+  }
+  return dy.sum(0);
+}
+
 // The weight and bias gradients of y = x w^T + b from dy [rows, out] and x [rows, in] (or, in
 // fp8, q's operands): into the sink's main grads, one GEMM per micro-batch writing in their
 // dtype (fp32, or bf16) and adding into what earlier micro-batches left there, each marked
@@ -121,21 +142,7 @@ std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor
   } else {
     dw = q ? kernels::fp8_gemm_nt(q->dy_t, q->x_t, w.scalar_type()) : dy.t().mm(x);
   }
-  if (!b.defined()) return {dw, db};
-  if (auto main = sink ? sink->main_grad(b, &accumulate) : torch::Tensor(); main.defined()) {
-    if (dy.is_cuda()) {
-      // The column sums as ones^T dy, written (or added) by cuBLAS in the main grad's dtype: one
-      // read of dy, measured 15% faster than LibTorch's dim-0 sum on the H100, and no separate add.
-      auto row = main.view({1, -1});
-      compat::matmul_into(row, torch::ones({1, dy.size(0)}, dy.options()), dy, accumulate);
-    } else {
-      auto sum = dy.sum(0, /*keepdim=*/false, main.scalar_type());
-      accumulate ? main.add_(sum) : main.copy_(sum);
-    }
-    sink->mark_written(b);
-  } else {
-    db = dy.sum(0);
-  }
+  if (b.defined()) db = compute_bias_grad(dy, b, sink);
   return {dw, db};
 }
 
@@ -217,18 +224,26 @@ void dgelu_into(const torch::Tensor& dy2, const torch::Tensor& w, const torch::T
 }
 
 // A row-parallel layer's output under sequence parallelism: this rank's tokens of the TP sum of
-// the partial products f(first, n) (rows first .. first + n of x times the weight, [n, cols]).
-// With the overlap, each other rank's rows are computed and sent to it while the next rows are
-// computed; else one GEMM, then one reduce-scatter.
+// the partial products f(first, n) (rows first .. first + n of x times the weight, [n, cols]),
+// plus the bias (once, after the sum: in place, the bits of y + b). With the overlap, each other
+// rank's rows are computed and sent to it while the next rows are computed; else one GEMM, then
+// one reduce-scatter.
 using RowsProduct = std::function<torch::Tensor(int64_t first, int64_t n)>;
-torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const TensorParallel& tp, const RowsProduct& f) {
+torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const TensorParallel& tp, const RowsProduct& f,
+                               const torch::Tensor& bias) {
   auto sizes = x.sizes().vec();
   sizes.back() = cols;
   const int64_t rows = x.numel() / x.size(-1);
-  if (!tp.overlap_comm) return reduce_scatter_tokens(f(0, rows).view(sizes), *tp.group);
-  check_tokens_split(x, tp.size(), "sequence-parallel reduce-scatter");
-  sizes[1] /= tp.size();
-  return reduce_scatter_rows(rows / tp.size(), tp, f).view(sizes);
+  torch::Tensor y;
+  if (!tp.overlap_comm) {
+    y = reduce_scatter_tokens(f(0, rows).view(sizes), *tp.group);
+  } else {
+    check_tokens_split(x, tp.size(), "sequence-parallel reduce-scatter");
+    sizes[1] /= tp.size();
+    y = reduce_scatter_rows(rows / tp.size(), tp, f).view(sizes);
+  }
+  if (bias.defined()) y.add_(bias);
+  return y;
 }
 
 // The product of rows of x2 and w (+ b): reduce_scattered's f in the training dtype.
@@ -254,6 +269,14 @@ variable_list input_grads(std::initializer_list<torch::Tensor> tensor_grads) {
   variable_list out(tensor_grads);
   out.emplace_back();  // the one non-tensor argument
   return out;
+}
+
+// A row layer's bias gradient under sequence parallelism: from this rank's tokens of the output
+// gradient (dy before its all-gather; the gathered rows would count every rank's tokens), summed
+// over the tensor-parallel group with the other sequence-parallel parameters' gradients
+// (finalize_grads), as the y + b after the reduce-scatter it replaces was.
+torch::Tensor row_bias_grad(const torch::Tensor& grad, const torch::Tensor& b, MainGradSink* sink) {
+  return compute_bias_grad(rows_of(grad), b, sink);
 }
 
 // A LinearMainGrad call: how the layer communicates, and whether GeLU joins the GEMM: after it
@@ -285,11 +308,13 @@ LinearForward linear_forward_fp8(const torch::Tensor& in, const torch::Tensor& w
   f.qx = kernels::fp8_cast(x2, comm.fp8->scales.input, /*transposed=*/for_backward, gelu_input);
   const auto qx = f.qx.matrix(), qw = comm.fp8->weight(w).matrix();
   const auto dtype = in.scalar_type();
+  const auto* out_tp = comm.row_tp();
+  const auto partial_bias = out_tp ? torch::Tensor() : b;  // a row layer's bias: once, after the sum
   const RowsProduct product = [&](int64_t first, int64_t n) {
-    return kernels::fp8_gemm_nt(qx.rows(first, n), qw, dtype, b, /*fast_accum=*/true);
+    return kernels::fp8_gemm_nt(qx.rows(first, n), qw, dtype, partial_bias, /*fast_accum=*/true);
   };
-  if (const auto* out_tp = comm.row_tp()) {
-    f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, product);
+  if (out_tp) {
+    f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, product, b);
   } else {
     auto sizes = f.x.sizes().vec();
     sizes.back() = w.size(0);
@@ -318,7 +343,7 @@ LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, co
     return f;
   }
   f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
-  if (const auto* out_tp = comm.row_tp()) f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, rows_times(rows_of(f.x), w, b));
+  if (const auto* out_tp = comm.row_tp()) f.y.pre = reduce_scattered(f.x, w.size(0), *out_tp, rows_times(rows_of(f.x), w, {}), b);
   else if (gelu) f.y = gelu_epilogue(f.x, w, b);
   else f.y.pre = linear_bias(f.x, w, b);
   return f;
@@ -421,8 +446,10 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
     if (tp && delay) DelayedWeightGrad::run();           // the layer before's GEMM, beside it
     torch::Tensor dw, db;
+    const auto gemm_bias = comm.row_tp() ? torch::Tensor() : b;  // row_bias_grad's, below
     if (ctx->needs_input_grad(1) || (b.defined() && ctx->needs_input_grad(2)))  // not for a frozen layer
-      std::tie(dw, db) = weight_grads(dy, q ? torch::Tensor() : rows_of(x), w, b, comm.sink, q, delay);
+      std::tie(dw, db) = weight_grads(dy, q ? torch::Tensor() : rows_of(x), w, gemm_bias, comm.sink, q, delay);
+    if (b.defined() && comm.row_tp() && ctx->needs_input_grad(2)) db = row_bias_grad(grads[0], b, comm.sink);
     margin.reset();
     join();
     return input_grads({dx, dw, db});
@@ -432,7 +459,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
 // GeluLinearMainGrad's forward, with autograd or without.
 torch::Tensor gelu_linear_forward(const torch::Tensor& act, const torch::Tensor& w, const torch::Tensor& b,
                                   const LinearComm& comm) {
-  if (const auto* out_tp = comm.row_tp()) return reduce_scattered(act, w.size(0), *out_tp, rows_times(rows_of(act), w, b));
+  if (const auto* out_tp = comm.row_tp()) return reduce_scattered(act, w.size(0), *out_tp, rows_times(rows_of(act), w, {}), b);
   return linear_bias(act, w, b);
 }
 
@@ -469,24 +496,26 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
       rows_into(dy, 0);
     }
     torch::Tensor dw, db;
+    const auto gemm_bias = comm.row_tp() ? torch::Tensor() : b;  // row_bias_grad's, below
     if (ctx->needs_input_grad(2) || (b.defined() && ctx->needs_input_grad(3)))  // not for a frozen layer
-      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, b, comm.sink, {}, delay);
+      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, gemm_bias, comm.sink, {}, delay);
+    if (b.defined() && comm.row_tp() && ctx->needs_input_grad(3)) db = row_bias_grad(grads[0], b, comm.sink);
     return input_grads({dpre, torch::Tensor(), dw, db});
   }
 };
 
 // A row layer's output is reduce-scattered inside the GEMM's function only under sequence
-// parallelism (without it the layer all-reduces after the GEMM), and its bias is added after.
-void check_row(const LinearComm& comm, const torch::Tensor& b) {
+// parallelism (without it the layer all-reduces after the GEMM, and the caller adds the bias);
+// its bias is added once, after the reduce-scatter (reduce_scattered).
+void check_row(const LinearComm& comm) {
   if (!comm.row_tp()) return;
   ME_CHECK(comm.tp->sequence_parallel, "linear: a row role is for sequence parallelism (without it the layer all-reduces)");
-  ME_CHECK(!b.defined(), "linear: a row layer's bias is added after the reduction, by the caller");
 }
 
 // linear, or with gelu_input (fp8) linear_of_gelu.
 torch::Tensor linear_call(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, const LinearComm& comm,
                           bool gelu_input) {
-  check_row(comm, b);
+  check_row(comm);
   const bool communicates = comm.column_tp() || comm.row_tp();
   if (!communicates && !comm.fp8 && (!comm.sink || !torch::GradMode::is_enabled() || !w.requires_grad()))
     return linear_bias(x, w, b);
@@ -522,7 +551,7 @@ torch::Tensor gelu_linear(const kernels::Activated& a, const torch::Tensor& w, c
                           const LinearComm& comm) {
   ME_CHECK(comm.role != LinearComm::Role::column, "gelu_linear: the dGeLU epilogue is a row (or local) layer's");
   ME_CHECK(!comm.fp8, "gelu_linear: no dGeLU epilogue in fp8 (forward_gelu composes instead)");
-  check_row(comm, b);
+  check_row(comm);
   if (!torch::GradMode::is_enabled() || (!w.requires_grad() && !a.pre.requires_grad()))
     return gelu_linear_forward(a.out, w, b, comm);
   const auto in = b.defined() ? variable_list{a.pre, a.out, w, b} : variable_list{a.pre, a.out, w};
