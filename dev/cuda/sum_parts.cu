@@ -1,7 +1,7 @@
 // The reduce-scatter's closing sum (engine/kernels/sum_parts.cu) against a CPU reference that
 // rounds after each addition as add_ does (so the check is for the same bits), into a new buffer
-// and in place, then timed against what it replaces: a copy of this rank's chunk, then one add
-// per part.
+// and in place, without and with a row layer's bias, then timed against what it replaces: a copy
+// of this rank's chunk, then one add per part (and the bias in a pass of its own).
 //   dev/cuda/sum_parts [rows] [hidden] [parts]   (default 512 x 8192 x 3: a GPT-39B chunk at tp 4)
 #include <algorithm>
 #include <memory>
@@ -52,7 +52,27 @@ bool run(DType dt, const char* name, int64_t rows, int64_t hidden, int count, si
   ok &= dev::check("first left as it was", dev::download(d_acc, n), acc, 0, 0);
   sum_parts(dt, d_acc.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr);
   ok &= dev::check("sum in place (bits of adds)", dev::download(d_acc, n), want, 0, 0);
+  // With a row layer's bias ([hidden], added last, rounded): into out, then in place.
+  auto bias = dev::random_floats(size_t(hidden), 1.f, 99);
+  if (dt == DType::bf16) bias = dev::round_bf16(bias);
+  std::vector<float> want_b(n);
+  for (size_t i = 0; i < n; ++i) want_b[i] = round_to<T>(want[i] + bias[i % size_t(hidden)]);
+  dev::DeviceBuffer<T> d_bias{static_cast<size_t>(hidden)};
+  dev::upload(d_bias, bias);
+  dev::upload(d_acc, acc);
+  sum_parts(dt, d_out.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr, d_bias.ptr, hidden);
+  ok &= dev::check("sum, then bias, into out (bits of adds)", dev::download(d_out, n), want_b, 0, 0);
+  sum_parts(dt, d_acc.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr, d_bias.ptr, hidden);
+  ok &= dev::check("sum, then bias, in place (bits of adds)", dev::download(d_acc, n), want_b, 0, 0);
   const double e = sizeof(T);
+  dev::report("one pass with the bias",
+              dev::time_ms([&] { sum_parts(dt, d_out.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr, d_bias.ptr, hidden); }),
+              (count + 2) * n * e);
+  dev::report("one pass, then the bias in another", dev::time_ms([&] {
+                sum_parts(dt, d_out.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr);
+                sum_parts(dt, d_out.ptr, d_out.ptr, nullptr, 0, n, nullptr, d_bias.ptr, hidden);
+              }),
+              (count + 4) * n * e);
   dev::report("one pass", dev::time_ms([&] { sum_parts(dt, d_out.ptr, d_acc.ptr, ptrs.data(), count, n, nullptr); }),
               (count + 2) * n * e);
   dev::report("a copy, then one add per part", dev::time_ms([&] {

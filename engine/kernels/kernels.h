@@ -28,7 +28,10 @@ void swiglu_backward(DType t, const void* gate_up, const void* grad_out, void* g
 // storage type as a separate add_ rounds it (the same bits as count add_ calls in that order on
 // a copy of first), in one pass. out may be first (in place).
 constexpr int kMaxSumParts = 7;  // tp 8: the seven peers' pushes
-void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream);
+// With `bias` ([cols], the same dtype; n a multiple of cols): then + bias[i % cols], rounded as
+// well (the bits of a following add_ of the broadcast bias: a row-parallel layer's).
+void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream,
+               const void* bias = nullptr, int64_t cols = 0);
 
 // --- Rotary position embedding ("rotate half") -----------------------------------------------
 // Rows of head_dim elements addressed by (batch, position, group, rep) with element strides,

@@ -1,7 +1,8 @@
 // The last step of the copy engines' reduce-scatter: this rank's partial sums plus what each peer
 // pushed, in one pass. Three separate add_ calls at tp 4 read and write the accumulator three
 // times (9 passes over a chunk; 11 with a copy of it first); here it is read once and the sum
-// written once (5 passes), in place or into a new tensor.
+// written once (5 passes), in place or into a new tensor. A row-parallel layer's bias joins the
+// same pass (a separate add was two more passes and a kernel per layer and micro-batch).
 #include "engine/kernels/common.cuh"
 
 namespace me::kernels {
@@ -17,10 +18,12 @@ struct Parts {
 };
 
 // V elements per thread per vector access. Each addition is rounded to T, as add_ rounds its
-// result: the same bits as the adds this replaces, in the same order.
+// result: the same bits as the adds this replaces, in the same order, the bias last (V divides
+// cols, so one vector's elements take consecutive bias entries).
 // out may be first: each element is read before it is written, by the same thread.
 template <typename T, int V>
-__global__ void sum_parts_kernel(T* out, const T* first, Parts<T> parts, int count, int64_t groups) {
+__global__ void sum_parts_kernel(T* out, const T* first, Parts<T> parts, int count, int64_t groups, const T* bias,
+                                 int64_t cols) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < groups; i += int64_t{gridDim.x} * blockDim.x) {
     auto a = reinterpret_cast<const Vec<T, V>*>(first)[i];
     float s[V];
@@ -30,6 +33,11 @@ __global__ void sum_parts_kernel(T* out, const T* first, Parts<T> parts, int cou
       const auto b = reinterpret_cast<const Vec<T, V>*>(parts.p[j])[i];
 #pragma unroll
       for (int k = 0; k < V; ++k) s[k] = to_float(from_float<T>(s[k] + to_float(b.v[k])));
+    }
+    if (bias) {
+      const int64_t c = (i * V) % cols;
+#pragma unroll
+      for (int k = 0; k < V; ++k) s[k] = to_float(from_float<T>(s[k] + to_float(bias[c + k])));
     }
 #pragma unroll
     for (int k = 0; k < V; ++k) a.v[k] = from_float<T>(s[k]);
@@ -41,14 +49,19 @@ constexpr int kThreads = 256;
 
 }  // namespace
 
-void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream) {
+void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream,
+               const void* bias, int64_t cols) {
   if (count < 0 || count > kMaxSumParts)
     throw std::runtime_error("sum_parts: " + std::to_string(count) + " parts, at most " + std::to_string(kMaxSumParts));
+  if (bias && (cols <= 0 || n % cols != 0))
+    throw std::runtime_error("sum_parts: a bias of " + std::to_string(cols) + " columns for " + std::to_string(n) +
+                             " elements (expected rows x cols)");
   if (n == 0) return;
   ME_DISPATCH_FLOAT(t, "sum_parts", {
     constexpr int V = detail::kVec16<scalar_t>;
     Parts<scalar_t> p{};
-    bool vector = n % V == 0 && detail::aligned16(out) && detail::aligned16(first);
+    const auto* b = static_cast<const scalar_t*>(bias);
+    bool vector = n % V == 0 && detail::aligned16(out) && detail::aligned16(first) && (!b || cols % V == 0);
     for (int j = 0; j < count; ++j) {
       p.p[j] = static_cast<const scalar_t*>(parts[j]);
       vector = vector && detail::aligned16(parts[j]);
@@ -57,10 +70,10 @@ void sum_parts(DType t, void* out, const void* first, const void* const* parts, 
     const auto* f = static_cast<const scalar_t*>(first);
     if (vector)
       sum_parts_kernel<scalar_t, V>
-          <<<detail::grid_for(n / V, kThreads), kThreads, 0, detail::as_stream(stream)>>>(o, f, p, count, n / V);
+          <<<detail::grid_for(n / V, kThreads), kThreads, 0, detail::as_stream(stream)>>>(o, f, p, count, n / V, b, cols);
     else
       sum_parts_kernel<scalar_t, 1>
-          <<<detail::grid_for(n, kThreads), kThreads, 0, detail::as_stream(stream)>>>(o, f, p, count, n);
+          <<<detail::grid_for(n, kThreads), kThreads, 0, detail::as_stream(stream)>>>(o, f, p, count, n, b, cols);
   });
   detail::check_launch("sum_parts");
 }

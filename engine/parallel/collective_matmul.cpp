@@ -197,11 +197,12 @@ int reduce_scatter_split() {
 }
 
 // After the pushes: the compute stream waits for them, the barrier (every rank's pushes into this
-// rank's slot are in), then this rank's own chunk plus what each peer pushed, in one pass
-// (kernels::sum_parts, the bits of an add_ per part in this order): into `own` itself, or with
-// `fresh` into a new tensor (own is then a view into a larger buffer, which the sum must not keep).
+// rank's slot are in), then this rank's own chunk plus what each peer pushed, then `bias` if
+// given, in one pass (kernels::sum_parts, the bits of an add_ per part in this order): into `own`
+// itself, or with `fresh` into a new tensor (own is then a view into a larger buffer, which the
+// sum must not keep).
 torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
-                                         bool fresh) {
+                                         bool fresh, const torch::Tensor& bias = {}) {
   const auto compute = c10::cuda::getCurrentCUDAStream(device);
   for (int k = 1; k < peers.size(); ++k) {
     auto& pushed = reused_event(device, kPushed + k);
@@ -217,14 +218,18 @@ torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::Peer
   }
   auto out = fresh ? torch::empty(own.sizes(), own.options()) : own;
   const auto type = own.scalar_type();
-  if ((type == torch::kBFloat16 || type == torch::kFloat) && own.is_contiguous() &&
+  const bool fused_bias = !bias.defined() || (bias.scalar_type() == type && bias.is_contiguous() &&
+                                               bias.dim() == 1 && bias.numel() == own.size(-1));
+  if ((type == torch::kBFloat16 || type == torch::kFloat) && own.is_contiguous() && fused_bias &&
       parts.size() <= static_cast<size_t>(kernels::kMaxSumParts)) {
     kernels::sum_parts(type == torch::kFloat ? kernels::DType::f32 : kernels::DType::bf16, out.data_ptr(),
-                       own.data_ptr(), parts.data(), static_cast<int>(parts.size()), own.numel(), compute.stream());
+                       own.data_ptr(), parts.data(), static_cast<int>(parts.size()), own.numel(), compute.stream(),
+                       bias.defined() ? bias.data_ptr() : nullptr, bias.defined() ? bias.numel() : 0);
     return out;
   }
   if (fresh) out.copy_(own);
   for (const void* part : parts) out.add_(torch::from_blob(const_cast<void*>(part), own.sizes(), own.options()));
+  if (bias.defined()) out.add_(bias);
   return out;
 }
 #endif
@@ -387,7 +392,8 @@ torch::Tensor all_gather_beside(const torch::Tensor& local, const TensorParallel
 }
 
 torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
-                                  const std::function<torch::Tensor(int64_t first, int64_t n)>& partial) {
+                                  const std::function<torch::Tensor(int64_t first, int64_t n)>& partial,
+                                  const torch::Tensor& bias) {
   auto& group = *tp.group;
   const int size = group.size(), rank = group.rank();
 #if ME_PEER_COLLECTIVES
@@ -411,7 +417,7 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
       }
     }
     auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
-    return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index(), /*fresh=*/false);
+    return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index(), /*fresh=*/false, bias);
   }
 #endif
   std::vector<torch::Tensor> received;
@@ -431,6 +437,7 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
   margin.reset();
   for (auto& join : joins) join();
   for (const auto& r : received) own.add_(r);
+  if (bias.defined()) own.add_(bias);
   return own;
 }
 

@@ -72,9 +72,11 @@ torch::Tensor all_gather_beside(const torch::Tensor& local, const TensorParallel
 // Returns this rank's chunk ([chunk_rows, cols]) of the sum over ranks of a [tp x chunk_rows,
 // cols] partial result whose rows partial(first, n) computes (a new 2-D tensor): each other
 // rank's rows first, each sent to that rank as soon as it is computed (ring order, so every pair
-// of ranks meets at the same step), this rank's own rows last, then the received partials added.
+// of ranks meets at the same step), this rank's own rows last, then the received partials added,
+// then `bias` ([cols]; a row-parallel layer's), if given, in the same pass on the copy engines.
 torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
-                                  const std::function<torch::Tensor(int64_t first, int64_t n)>& partial);
+                                  const std::function<torch::Tensor(int64_t first, int64_t n)>& partial,
+                                  const torch::Tensor& bias = {});
 
 // Starts the reduce-scatter of `full` ([tp x chunk rows, ...], this rank's partial sums) over
 // the copy engines when the group has peer buffers and the tensor fits them, and returns the

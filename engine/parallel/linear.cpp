@@ -234,16 +234,13 @@ torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const Tenso
   auto sizes = x.sizes().vec();
   sizes.back() = cols;
   const int64_t rows = x.numel() / x.size(-1);
-  torch::Tensor y;
   if (!tp.overlap_comm) {
-    y = reduce_scatter_tokens(f(0, rows).view(sizes), *tp.group);
-  } else {
-    check_tokens_split(x, tp.size(), "sequence-parallel reduce-scatter");
-    sizes[1] /= tp.size();
-    y = reduce_scatter_rows(rows / tp.size(), tp, f).view(sizes);
+    auto y = reduce_scatter_tokens(f(0, rows).view(sizes), *tp.group);
+    return bias.defined() ? y.add_(bias) : y;
   }
-  if (bias.defined()) y.add_(bias);
-  return y;
+  check_tokens_split(x, tp.size(), "sequence-parallel reduce-scatter");
+  sizes[1] /= tp.size();
+  return reduce_scatter_rows(rows / tp.size(), tp, f, bias).view(sizes);  // the bias in the sum's pass
 }
 
 // The product of rows of x2 and w (+ b): reduce_scattered's f in the training dtype.
