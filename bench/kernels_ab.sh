@@ -14,7 +14,7 @@ shift 2
 models=${*:-llama1b gpt1.3b}
 mkdir -p "$out"
 status=0
-for k in swiglu rotary cross_entropy adamw add_norm gemm_gelu; do
+for k in swiglu rotary cross_entropy adamw add_norm gemm_gelu chunk_gemm; do
   echo "== dev/cuda/$k"
   "$build/dev/cuda/$k" > "$out/dev_cuda_$k.log" 2>&1 || { status=1; echo "dev/cuda/$k FAILED"; }
   grep -E "^[a-z]|FAIL|time " "$out/dev_cuda_$k.log"
@@ -24,7 +24,7 @@ echo "== GPU unit tests"
 grep -E -B3 -A12 "FAILED" "$out/unit_gpu.log" | head -80
 tail -3 "$out/unit_gpu.log"
 grep -q "All tests passed" "$out/unit_gpu.log" || status=1
-all="swiglu rotary cross_entropy adamw linear_bias add_norm gemm_gelu"
+all="swiglu rotary cross_entropy adamw linear_bias add_norm gemm_gelu chunk_gemm"
 for m in $models; do
   for entry in ${ME_KERNELS_AB:-all none}; do
     variant=${entry%@*} attention=auto

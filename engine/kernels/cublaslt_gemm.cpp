@@ -217,6 +217,24 @@ bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad
   return run(g, static_cast<cudaStream_t>(stream));
 }
 
+bool gemm_linear(const void* x, int64_t ld_x, const void* w, const void* bias, void* out, int64_t ld_out, int64_t rows,
+                 int64_t in_features, int64_t out_features, void* stream) {
+  if (rows <= 0 || in_features <= 0 || out_features <= 0) return false;
+  // As gemm_bias_gelu: column-major out^T = w x^T, A = w (transposed), B = x^T (stored [in, rows]).
+  const Gemm g{true, out_features, rows, in_features, w, in_features, x, ld_x, out, ld_out,
+               bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr};
+  return run(g, static_cast<cudaStream_t>(stream));
+}
+
+bool gemm_input_grad(const void* dy, int64_t ld_dy, const void* w, void* out, int64_t ld_out, int64_t rows,
+                     int64_t out_features, int64_t in_features, void* stream) {
+  if (rows <= 0 || in_features <= 0 || out_features <= 0) return false;
+  // As gemm_dgelu without its epilogue: column-major out^T = w^T dy^T, A = w^T (stored [in, out_f]).
+  const Gemm g{false, in_features, rows, out_features, w, in_features, dy, ld_dy, out, ld_out,
+               CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr};
+  return run(g, static_cast<cudaStream_t>(stream));
+}
+
 bool gemm_fp8_supported(int64_t rows, int64_t cols, int64_t k) {
   return rows > 0 && cols > 0 && k > 0 && rows % 16 == 0 && cols % 16 == 0 && k % 16 == 0;
 }

@@ -18,8 +18,9 @@ namespace me::kernels {
 
 namespace {
 
-const char* const kOpNames[] = {"swiglu", "rotary", "cross_entropy", "adamw", "linear_bias", "add_norm", "gemm_gelu"};
-constexpr int kOps = 7;
+const char* const kOpNames[] = {"swiglu",   "rotary",    "cross_entropy", "adamw",
+                                "linear_bias", "add_norm", "gemm_gelu", "chunk_gemm"};
+constexpr int kOps = 8;
 
 // ME_KERNELS, read once: which kernels may run.
 const std::vector<bool>& enabled_ops() {
@@ -37,7 +38,7 @@ const std::vector<bool>& enabled_ops() {
         if (name == kOpNames[i]) v[static_cast<size_t>(i)] = known = true;
       ME_CHECK(known, "ME_KERNELS: unknown kernel '", name,
                "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias, ",
-               "add_norm, gemm_gelu");
+               "add_norm, gemm_gelu, chunk_gemm");
     }
     return v;
   }();
@@ -289,6 +290,36 @@ Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torc
   return a;
 }
 
+namespace {
+// chunk_gemm's operands: bf16 on the GPU, 2-D with unit stride along rows and 16-byte aligned rows
+// (row strides and widths multiples of 8 elements, as cuBLASLt's vectorised kernels want).
+bool chunk_rows_fit(const torch::Tensor& t) {
+  return t.defined() && t.is_cuda() && t.scalar_type() == torch::kBFloat16 && t.dim() == 2 && t.stride(1) == 1 &&
+         t.stride(0) % 8 == 0 && t.size(1) % 8 == 0;
+}
+bool chunk_weight_fits(const torch::Tensor& w, const torch::Tensor& b) {
+  return chunk_rows_fit(w) && w.is_contiguous() &&
+         (!b.defined() || (b.is_cuda() && b.scalar_type() == torch::kBFloat16 && b.dim() == 1 && b.is_contiguous() &&
+                           b.size(0) == w.size(0)));
+}
+}  // namespace
+
+bool linear_rows_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, const torch::Tensor& into) {
+  if (!use(Op::chunk_gemm, x2) || !chunk_rows_fit(x2) || !chunk_rows_fit(into) || !chunk_weight_fits(w, b) ||
+      x2.size(1) != w.size(1) || into.size(0) != x2.size(0) || into.size(1) != w.size(0))
+    return false;
+  return gemm_linear(x2.data_ptr(), x2.stride(0), w.data_ptr(), b.defined() ? b.data_ptr() : nullptr, into.data_ptr(),
+                     into.stride(0), x2.size(0), w.size(1), w.size(0), current_stream());
+}
+
+bool input_grad_rows_into(const torch::Tensor& dy2, const torch::Tensor& w, const torch::Tensor& into) {
+  if (!use(Op::chunk_gemm, dy2) || !chunk_rows_fit(dy2) || !chunk_rows_fit(into) || !chunk_weight_fits(w, {}) ||
+      dy2.size(1) != w.size(0) || into.size(0) != dy2.size(0) || into.size(1) != w.size(1))
+    return false;
+  return gemm_input_grad(dy2.data_ptr(), dy2.stride(0), w.data_ptr(), into.data_ptr(), into.stride(0), dy2.size(0),
+                         w.size(0), w.size(1), current_stream());
+}
+
 torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,
                            const torch::Tensor& into) {
   const auto dy = grad_out.reshape({-1, w.size(0)}).contiguous();
@@ -411,6 +442,11 @@ Activated linear_gelu(const torch::Tensor&, const torch::Tensor&, const torch::T
 torch::Tensor matmul_dgelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
   not_compiled("matmul_dgelu");
 }
+// Never taken without the kernels: the callers fall back to LibTorch's mm.
+bool linear_rows_into(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  return false;
+}
+bool input_grad_rows_into(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
 MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }
 torch::Tensor MultiTensorAdamW::grad_sum_squares() { not_compiled("MultiTensorAdamW"); }
 void MultiTensorAdamW::step(double, double, double, double, int64_t, double) { not_compiled("MultiTensorAdamW"); }

@@ -3,7 +3,7 @@
 // composition for the other case: CPU tensors, builds without nvcc (the CPU machines), dtypes
 // the kernels do not take, or the kernel switched off with ME_KERNELS (for A/B timing):
 //   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw,
-//   linear_bias, add_norm, gemm_gelu
+//   linear_bias, add_norm, gemm_gelu, chunk_gemm
 #pragma once
 #include <torch/torch.h>
 
@@ -13,9 +13,10 @@
 namespace me::kernels {
 
 // rotary: the QKV split, with RoPE where the model has it. linear_bias and gemm_gelu are not
-// kernels of ours but cuBLASLt GEMM epilogues (a linear layer's bias; GPT's GeLU), switched like
-// the others for A/B timing.
-enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm, gemm_gelu };
+// kernels of ours but cuBLASLt GEMM epilogues (a linear layer's bias; GPT's GeLU), and chunk_gemm
+// is the tensor-parallel chunks' GEMMs through cuBLASLt with kept plans; all switched like the
+// others for A/B timing.
+enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm, gemm_gelu, chunk_gemm };
 
 // The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
 bool compiled();
@@ -64,6 +65,15 @@ struct Activated {
   torch::Tensor pre, out;
 };
 bool gemm_gelu_fits(const torch::Tensor& x, const torch::Tensor& w);
+
+// chunk_gemm: the tensor-parallel layers' row-chunk GEMMs through cuBLASLt with kept plans
+// (kernels.h gemm_linear / gemm_input_grad), into rows of an existing output. x2, dy2 and into
+// are 2-D with unit stride along rows (narrowed row ranges of larger tensors are fine), w
+// contiguous [out, in], b contiguous [out] or undefined, all bf16 on the GPU with 16-byte rows.
+// Returns false, writing nothing, where they do not apply: the caller runs LibTorch's mm.
+// linear_rows_into: into = x2 w^T (+ b). input_grad_rows_into: into = dy2 w.
+bool linear_rows_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, const torch::Tensor& into);
+bool input_grad_rows_into(const torch::Tensor& dy2, const torch::Tensor& w, const torch::Tensor& into);
 void set_gemm_sm_count_target(int sms);  // kernels.h's; a no-op without the CUDA kernels
 Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                       const Activated& into = {});

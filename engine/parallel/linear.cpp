@@ -218,11 +218,26 @@ kernels::Activated gelu_epilogue(const torch::Tensor& x, const torch::Tensor& w,
 torch::Tensor rows_of(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
 torch::Tensor rows_in(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); }
 
+// The tensor-parallel chunks' GEMMs (pre = x2 w^T + b, dx = dy2 w, into rows of an output) through
+// cuBLASLt with kept plans where they fit (kernels::linear_rows_into): a fraction of LibTorch's
+// host time per call, which at tp 4 paces the step. The bias only where it may join the epilogue.
+bool chunk_linear_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, const torch::Tensor& into) {
+  if (b.defined() && !kernels::use(kernels::Op::linear_bias, x2)) return false;
+  return kernels::linear_rows_into(x2, w, b, into);
+}
+void input_grad_into(const torch::Tensor& dy2, const torch::Tensor& w, torch::Tensor into) {
+  if (!kernels::input_grad_rows_into(dy2, w, into)) at::mm_out(into, dy2, w);
+}
+
 // The same two into existing outputs: rows x2 [n, in] into pre and act (act undefined: no GeLU).
 void linear_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, torch::Tensor pre,
                  torch::Tensor act) {
   if (act.defined() && kernels::gemm_gelu_fits(x2, w) && kernels::linear_gelu(x2, w, b, {pre, act}).pre.defined())
     return;
+  if (chunk_linear_into(x2, w, b, pre)) {
+    if (act.defined()) act.copy_(torch::gelu(pre, "tanh"));
+    return;
+  }
   if (b.defined() && (!x2.is_cuda() || kernels::use(kernels::Op::linear_bias, x2))) {
     at::addmm_out(pre, b, x2, w.t());  // the bias in the GEMM's epilogue, as linear_bias
   } else {
@@ -261,7 +276,14 @@ torch::Tensor reduce_scattered(const torch::Tensor& x, int64_t cols, const Tenso
 
 // The product of rows of x2 and w (+ b): reduce_scattered's f in the training dtype.
 RowsProduct rows_times(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b) {
-  return [x2, w, b](int64_t first, int64_t n) { return linear_bias(x2.narrow(0, first, n), w, b); };
+  return [x2, w, b](int64_t first, int64_t n) {
+    const auto rows = x2.narrow(0, first, n);
+    if (kernels::use(kernels::Op::chunk_gemm, rows)) {
+      auto out = torch::empty({n, w.size(0)}, rows.options());
+      if (chunk_linear_into(rows, w, b, out)) return out;
+    }
+    return linear_bias(rows, w, b);
+  };
 }
 
 // The gradient of reduce_scattered's input from this rank's tokens' output gradient dy: dy
@@ -446,8 +468,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       dx = torch::empty(x.sizes(), x.options());
       const auto dx2 = rows_in(dx);
       dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
-        auto into = dx2.narrow(0, first, rows.size(0));
-        at::mm_out(into, rows, w);
+        input_grad_into(rows, w, dx2.narrow(0, first, rows.size(0)));
       }));
     } else {
       dy = rows_of(grads[0]);

@@ -53,7 +53,7 @@ me::model::TransformerConfig tiny_llama() {
 
 TEST_CASE("fused kernels never take CPU tensors: the LibTorch compositions run there", "[kernels]") {
   for (auto op : {kernels::Op::swiglu, kernels::Op::rotary, kernels::Op::cross_entropy, kernels::Op::adamw,
-                  kernels::Op::add_norm, kernels::Op::gemm_gelu})
+                  kernels::Op::add_norm, kernels::Op::gemm_gelu, kernels::Op::chunk_gemm})
     CHECK_FALSE(kernels::use(op, torch::ones({4})));
   CHECK_FALSE(kernels::use(kernels::Op::swiglu, torch::Tensor()));
   CHECK_FALSE(kernels::describe().empty());
@@ -221,6 +221,37 @@ TEST_CASE("residual add + norm kernel = x + delta then layer_norm / rms_norm, fo
       }
     }
   }
+}
+
+TEST_CASE("the tensor-parallel chunks' GEMMs through cuBLASLt = LibTorch's mm, on row ranges of wider outputs", "[kernels][gpu]") {
+  // Never on CPU tensors (nor without the kernels): the callers run LibTorch's mm there.
+  const auto cpu = torch::ones({8, 16}, torch::kBFloat16);
+  CHECK_FALSE(kernels::linear_rows_into(cpu, torch::ones({8, 16}, torch::kBFloat16), {}, torch::empty({8, 8}, torch::kBFloat16)));
+  CHECK_FALSE(kernels::input_grad_rows_into(cpu, torch::ones({16, 8}, torch::kBFloat16), torch::empty({8, 8}, torch::kBFloat16)));
+  if (!have_gpu()) return;
+  const auto bf16 = torch::kBFloat16;
+  torch::manual_seed(5);
+  const auto x = torch::randn({96, 64}, kGpu).to(bf16), w = (torch::randn({48, 64}, kGpu) * 0.1).to(bf16);
+  const auto b = torch::randn({48}, kGpu).to(bf16), dy = torch::randn({96, 48}, kGpu).to(bf16);
+  REQUIRE(kernels::use(kernels::Op::chunk_gemm, x));
+  for (bool bias : {true, false}) {
+    INFO("bias " << bias);
+    // rows 32..63 of x, into rows 32..63 of a wider buffer (a chunk's output among the others')
+    auto wide = torch::zeros({96, 56}, kGpu).to(bf16);
+    auto into = wide.narrow(0, 32, 32).narrow(1, 0, 48);
+    REQUIRE(kernels::linear_rows_into(x.narrow(0, 32, 32), w, bias ? b : torch::Tensor(), into));
+    auto want = torch::mm(x.narrow(0, 32, 32).to(torch::kFloat), w.to(torch::kFloat).t());
+    if (bias) want = want + b.to(torch::kFloat);
+    CHECK(rel(into, want) < tol(bf16));
+    CHECK(wide.narrow(0, 0, 32).abs().max().item<float>() == 0.f);  // the other rows untouched
+    CHECK(wide.narrow(1, 48, 8).abs().max().item<float>() == 0.f);
+  }
+  auto dx = torch::zeros({96, 64}, kGpu).to(bf16);
+  REQUIRE(kernels::input_grad_rows_into(dy.narrow(0, 64, 32), w, dx.narrow(0, 64, 32)));
+  CHECK(rel(dx.narrow(0, 64, 32), torch::mm(dy.narrow(0, 64, 32).to(torch::kFloat), w.to(torch::kFloat))) < tol(bf16));
+  CHECK(dx.narrow(0, 0, 64).abs().max().item<float>() == 0.f);
+  // Not taken (false, nothing written) where cuBLASLt's 16-byte rows do not hold: a width of 50.
+  CHECK_FALSE(kernels::linear_rows_into(x, torch::ones({50, 64}, kGpu).to(bf16), {}, torch::empty({96, 50}, kGpu).to(bf16)));
 }
 
 TEST_CASE("GeLU in the GEMM epilogues = linear, tanh GeLU, linear: output and every gradient", "[kernels][gpu]") {
