@@ -6,6 +6,7 @@
 //   1b. the same all-gather captured in a CUDA graph and replayed: each replay's barriers count as
 //      new ones (the count is on the GPU), and each replay gathers that replay's values (a round
 //      number kept on the GPU), mixed with eager barriers before and after;
+//   1c. timed barriers: a rank that arrives late adds its lateness to the others' timed_wait_ns;
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
@@ -54,6 +55,15 @@ __global__ void next_round(int* round) { ++*round; }
 __global__ void fill_round(float* p, size_t n, const int* round, int rank) {
   const float value = static_cast<float>(1000 * *round + rank);
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) p[i] = value;
+}
+
+// Keeps the GPU busy for `ns` nanoseconds (a late rank, for the timed barrier's check).
+__global__ void spin(long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (static_cast<long long>(now - start) < ns);
 }
 
 bool all_equal(const float* device, size_t n, float value) {
@@ -193,6 +203,27 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
     host_barrier(shared, n, round++);
     if (rank == 0)
       std::printf("checks: the all-gather in a CUDA graph, 4 replays between eager barriers: %s\n",
+                  shared->failures.load() ? "FAILED" : "ok");
+  }
+
+  // 1c. timed barriers: the last rank arrives 2 ms late (a spinning kernel before its barrier); every
+  // other rank's timed_wait_ns grows by about that, the last rank's by little (what the engine's
+  // progress line reports as the GPU's wait for the other ranks, without a profiler).
+  {
+    const uint64_t before = peers.timed_wait_ns();
+    const long long late_ns = 2000000;
+    host_barrier(shared, n, round++);
+    if (rank == n - 1) spin<<<1, 1, 0, compute>>>(late_ns);
+    peers.barrier(compute, /*timed=*/true);
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    const double waited_ms = static_cast<double>(peers.timed_wait_ns() - before) / 1e6;
+    const bool timed_ok = rank == n - 1 ? waited_ms < 0.5 : waited_ms > 1.6 && waited_ms < 3.0;
+    if (!timed_ok) shared->failures.fetch_add(1);
+    std::printf("checks: timed barrier, rank %d waited %.3f ms (%s)\n", rank, waited_ms,
+                rank == n - 1 ? "the late one: expected < 0.5" : "expected about 2");
+    host_barrier(shared, n, round++);
+    if (rank == 0)
+      std::printf("checks: timed barriers count each rank's wait for the last one: %s\n",
                   shared->failures.load() ? "FAILED" : "ok");
   }
 

@@ -21,20 +21,34 @@ void check(cudaError_t e, const char* what) {
 // Thread 0 counts this barrier (the count is its epoch); then one thread per other rank: tell rank
 // j that this rank arrived (its word in j's pad), then wait for j's word in this rank's pad. The
 // fences order this rank's earlier writes before its signal and the peers' writes before what
-// follows the barrier on this stream.
-__global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int size) {
+// follows the barrier on this stream. With `waited` (timed barriers), thread 0 adds the barrier's
+// own time on the GPU, from its start to the last peer's arrival, to *waited: what its stream lost
+// waiting for the other ranks, measured without a profiler.
+__global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int size, unsigned long long* waited) {
   __shared__ uint64_t epoch;
-  if (threadIdx.x == 0) epoch = ++*count;  // only this rank's barriers touch its count, in stream order
+  __shared__ unsigned long long start;
+  if (threadIdx.x == 0) {
+    epoch = ++*count;  // only this rank's barriers touch its count, in stream order
+    if (waited) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  }
   __syncthreads();
   const int j = static_cast<int>(threadIdx.x);
-  if (j >= size || j == rank) return;
-  __threadfence_system();
-  volatile uint64_t* theirs = pads[j];
-  theirs[rank] = epoch;
-  volatile uint64_t* mine = pads[rank];
-  while (mine[j] < epoch) {
+  if (j < size && j != rank) {
+    __threadfence_system();
+    volatile uint64_t* theirs = pads[j];
+    theirs[rank] = epoch;
+    volatile uint64_t* mine = pads[rank];
+    while (mine[j] < epoch) {
+    }
+    __threadfence_system();
   }
-  __threadfence_system();
+  if (!waited) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long end;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(end));
+    atomicAdd(waited, end - start);
+  }
 }
 
 }  // namespace
@@ -48,12 +62,12 @@ PeerBuffers::PeerBuffers(int rank, int size, size_t slot_bytes) : rank_(rank), s
   check(cudaMalloc(&p, kPadBytes + 2 * slot_bytes_), "cudaMalloc of the region");
   mine_ = static_cast<char*>(p);
   check(cudaMemset(mine_, 0, kPadBytes), "clearing the signal pad");
-  if (const auto e = cudaMalloc(&p, sizeof(uint64_t)); e != cudaSuccess) {
+  if (const auto e = cudaMalloc(&p, 2 * sizeof(uint64_t)); e != cudaSuccess) {
     cudaFree(mine_);
     check(e, "cudaMalloc of the barrier count");
   }
-  device_epoch_ = static_cast<uint64_t*>(p);
-  check(cudaMemset(device_epoch_, 0, sizeof(uint64_t)), "clearing the barrier count");
+  device_epoch_ = static_cast<uint64_t*>(p);  // the count, then the timed barriers' nanoseconds
+  check(cudaMemset(device_epoch_, 0, 2 * sizeof(uint64_t)), "clearing the barrier count");
   check(cudaDeviceSynchronize(), "clearing the signal pad");  // zero before any peer can signal
   regions_.assign(static_cast<size_t>(size), nullptr);
   regions_[static_cast<size_t>(rank)] = mine_;
@@ -102,11 +116,19 @@ void* PeerBuffers::slot(int r, int slot) const {
   return region + kPadBytes + static_cast<size_t>(slot) * slot_bytes_;
 }
 
-void PeerBuffers::barrier(void* stream) {
+void PeerBuffers::barrier(void* stream, bool timed) {
   if (size_ == 1) return;
   if (!device_pads_) throw std::runtime_error("PeerBuffers::barrier before open()");
-  barrier_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, device_epoch_, rank_, size_);
+  auto* waited = timed ? reinterpret_cast<unsigned long long*>(device_epoch_ + 1) : nullptr;
+  barrier_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, device_epoch_, rank_, size_,
+                                                                           waited);
   check(cudaGetLastError(), "barrier kernel launch");
+}
+
+uint64_t PeerBuffers::timed_wait_ns() const {
+  uint64_t ns = 0;
+  check(cudaMemcpy(&ns, device_epoch_ + 1, sizeof ns, cudaMemcpyDeviceToHost), "reading the barriers' time");
+  return ns;
 }
 
 void PeerBuffers::copy(void* dst, const void* src, size_t bytes, void* stream) {

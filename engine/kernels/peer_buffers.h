@@ -49,7 +49,13 @@ class PeerBuffers {
   // when the stream goes on. Every rank calls barriers in the same order. The barriers are
   // counted on the GPU, not by the host, so that a barrier captured in a CUDA graph counts as a
   // new one at every replay, as an eager one does (graphs and eager barriers may mix).
-  void barrier(void* stream);
+  // timed: the barrier's time on the GPU (mostly its wait for the last rank) is added to
+  // timed_wait_ns().
+  void barrier(void* stream, bool timed = false);
+  // The timed barriers' GPU time so far, in nanoseconds: for a barrier on the compute stream, the
+  // time this rank's GPU waited for the other ranks, measured without a profiler (the rank that
+  // waits least paces the others). Reads device memory (synchronous): at a log interval, not per step.
+  uint64_t timed_wait_ns() const;
 
   // An asynchronous copy on `stream` (a copy engine when src and dst are on different GPUs).
   static void copy(void* dst, const void* src, size_t bytes, void* stream);
@@ -60,7 +66,7 @@ class PeerBuffers {
   char* mine_ = nullptr;                 // this rank's region: pad, then the two slots
   std::vector<char*> regions_;           // every rank's region as mapped here (mine_ at rank_)
   uint64_t** device_pads_ = nullptr;     // the regions' signal pads, for the barrier kernel
-  uint64_t* device_epoch_ = nullptr;     // barriers so far, counted by the barrier kernel
+  uint64_t* device_epoch_ = nullptr;     // barriers so far, counted by the barrier kernel; then timed_wait_ns
   uint64_t collectives_ = 0;
 };
 

@@ -209,7 +209,7 @@ torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::Peer
     pushed.record(peer_stream(device, k));
     pushed.block(compute);
   }
-  peers.barrier(compute.stream());
+  peers.barrier(compute.stream(), /*timed=*/true);  // the compute stream's wait for the other ranks
   const size_t bytes = nbytes(own);
   std::vector<const void*> parts;
   for (int k = 1; k < peers.size(); ++k) {

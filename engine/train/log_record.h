@@ -32,6 +32,11 @@ struct LogRecord {
   // others), min / median / max over ranks, and the rank with the max.
   double rank_ms_min = 0, rank_ms_median = 0, rank_ms_max = 0;
   int slowest_rank = -1;
+  // Copy-engine tensor parallelism: each rank's GPU time per step in the reduce-scatters'
+  // barriers on its compute stream (waiting for the other ranks), min / median / max over ranks,
+  // and the rank that waits least (the one the others wait for); pacing_rank < 0: not measured.
+  double barrier_ms_min = 0, barrier_ms_median = 0, barrier_ms_max = 0;
+  int pacing_rank = -1;
 };
 
 }  // namespace me::train

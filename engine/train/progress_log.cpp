@@ -108,6 +108,11 @@ void log_progress_line(const LogRecord& r) {
                   r.rank_ms_min, r.rank_ms_median, r.rank_ms_max, r.slowest_rank);
     text += line;
   }
+  if (r.pacing_rank >= 0) {
+    std::snprintf(line, sizeof line, " | GPU ms waiting at TP barriers over ranks (min/median/max): %.2f/%.2f/%.2f (min: rank %d)",
+                  r.barrier_ms_min, r.barrier_ms_median, r.barrier_ms_max, r.pacing_rank);
+    text += line;
+  }
   log::info(text);
   if (r.phases.any()) {
     std::string phases = " phases (ms per iteration, synchronised):";

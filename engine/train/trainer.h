@@ -135,7 +135,9 @@ class Trainer {
   void test_faults_after_backward();
   void report_non_finite(double norm);
   void after_non_finite(double norm);
-  void measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps);
+  void measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps,
+                          double barrier_ms = -1);
+  double tp_barrier_ms_per_step(int64_t steps);  // < 0 without copy-engine collectives
   double eta_seconds(double ms_per_iter) const;
 
   void log_start() const;
@@ -154,6 +156,7 @@ class Trainer {
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<parallel::SymmetricSlots> tp_slots_;  // parallel.tp_symmetric_mb > 0
   std::shared_ptr<kernels::PeerBuffers> tp_peers_;      // parallel.tp_comm_backend = "copy_engine"
+  uint64_t tp_barrier_ns_ = 0;                          // tp_peers_' timed_wait_ns at the last log
   void open_tp_peers();
   checkpoint::StateTensor fp8_state() const;
   void load_fp8_state(checkpoint::CheckpointReader& reader, const checkpoint::StateTensor& t);

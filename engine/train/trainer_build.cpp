@@ -175,6 +175,21 @@ void Trainer::open_tp_peers() {
 #endif
 }
 
+// This rank's GPU time per step at the copy engines' timed barriers since the last log (tp_peers_
+// counts it on the GPU), or -1 without them.
+double Trainer::tp_barrier_ms_per_step(int64_t steps) {
+#if ME_HAVE_CUDA_KERNELS
+  if (!tp_peers_ || steps <= 0) return -1;
+  const uint64_t now = tp_peers_->timed_wait_ns();
+  const double ms = static_cast<double>(now - tp_barrier_ns_) / 1e6 / static_cast<double>(steps);
+  tp_barrier_ns_ = now;
+  return ms;
+#else
+  (void)steps;
+  return -1;
+#endif
+}
+
 // This rank's pipeline stage and tensor-parallel slice of the model, its weights drawn at full
 // size from the seed (the same model at every layout), in the training precision.
 void Trainer::build_model() {

@@ -150,12 +150,27 @@ double median_of(const std::vector<std::pair<double, int>>& sorted, size_t n) {
 // ranks), gathered every log interval; the slowest is named when above straggler_factor x the
 // median of the OTHER ranks. (Against the median of all ranks, a straggler among two is its
 // own median and is never found.)
-void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps) {
+// With barrier_ms >= 0 (this rank's GPU time per step waiting at the copy-engine barriers), the
+// same gather gives their spread and the rank that waits least (bench/speed/tp_width.sh reads it:
+// a profile's host overhead changes which rank paces, this does not).
+void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps,
+                                 double barrier_ms) {
   if (!comm_ || comm_->world_size() == 1) return;
   const double own = std::max(0.0, (window_ms - window_waited_ms) / static_cast<double>(steps));
-  const auto all = comm_->all_gather_object(std::to_string(own));
-  std::vector<std::pair<double, int>> by_time;
-  for (size_t r = 0; r < all.size(); ++r) by_time.emplace_back(std::stod(all[r]), static_cast<int>(r));
+  const auto all = comm_->all_gather_object(std::to_string(own) + " " + std::to_string(barrier_ms));
+  std::vector<std::pair<double, int>> by_time, by_wait;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const auto space = all[r].find(' ');
+    by_time.emplace_back(std::stod(all[r].substr(0, space)), static_cast<int>(r));
+    by_wait.emplace_back(std::stod(all[r].substr(space + 1)), static_cast<int>(r));
+  }
+  std::sort(by_wait.begin(), by_wait.end());
+  if (by_wait.front().first >= 0) {  // every rank measured (they share the backend)
+    rec.barrier_ms_min = by_wait.front().first;
+    rec.barrier_ms_max = by_wait.back().first;
+    rec.barrier_ms_median = by_wait[by_wait.size() / 2].first;
+    rec.pacing_rank = by_wait.front().second;
+  }
   std::sort(by_time.begin(), by_time.end());
   rec.rank_ms_min = by_time.front().first;
   rec.rank_ms_max = by_time.back().first;
