@@ -173,14 +173,14 @@ variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parall
   echo "|---|---|--:|--:|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
-  read -r a _ b _ _ mhz <<< "$(runs "$model" tp1 1)"
+  read -r a _ b _ _ mhz _ <<< "$(runs "$model" tp1 1)"
   base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
   echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz | - |" >> "$out/table.md"
   # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
   # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
   if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
     for g in $(seq 1 $((gpus - 1))); do
-      read -r a _ b _ _ mhz <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
+      read -r a _ b _ _ mhz _ <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
       measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - | - | - |" >> "$out/table.md"; continue; }
       awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v m="$model" -v g="$g" -v mhz="$mhz" 'BEGIN {
         printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | - | - | %s | - |\n", m, g, (b - a) / l, base / ((b - a) / l), mhz }' >> "$out/table.md"
