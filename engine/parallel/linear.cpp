@@ -306,12 +306,24 @@ variable_list input_grads(std::initializer_list<torch::Tensor> tensor_grads) {
   return out;
 }
 
-// A row layer's bias gradient under sequence parallelism: from this rank's tokens of the output
-// gradient (dy before its all-gather; the gathered rows would count every rank's tokens), summed
-// over the tensor-parallel group with the other sequence-parallel parameters' gradients
-// (finalize_grads), as the y + b after the reduce-scatter it replaces was.
-torch::Tensor row_bias_grad(const torch::Tensor& grad, const torch::Tensor& b, MainGradSink* sink) {
-  return compute_bias_grad(rows_of(grad), b, sink);
+// A linear layer's weight and bias gradients in its backward (need_w, need_b: what autograd asks
+// for, need_b false without a bias; nothing for a frozen layer), dy and x its output gradient and input as rows (for the
+// GEMMs: weight_grads). A row layer's bias gradient under sequence parallelism comes instead from
+// this rank's tokens of the output gradient, grad_out (dy before its all-gather; the gathered rows
+// would count every rank's tokens), summed over the tensor-parallel group with the other
+// sequence-parallel parameters' gradients (finalize_grads), as the y + b after the reduce-scatter
+// it replaces was.
+std::pair<torch::Tensor, torch::Tensor> layer_param_grads(const torch::Tensor& dy, const torch::Tensor& x,
+                                                          const torch::Tensor& w, const torch::Tensor& b,
+                                                          const torch::Tensor& grad_out, const LinearComm& comm,
+                                                          const std::optional<Fp8WeightGrad>& q, bool delay,
+                                                          bool need_w, bool need_b) {
+  torch::Tensor dw, db;
+  const bool row_bias = b.defined() && comm.row_tp();
+  if (need_w || need_b)
+    std::tie(dw, db) = weight_grads(dy, x, w, row_bias ? torch::Tensor() : b, comm.sink, q, delay);
+  if (row_bias && need_b) db = compute_bias_grad(rows_of(grad_out), b, comm.sink);
+  return {dw, db};
 }
 
 // A LinearMainGrad call: how the layer communicates, and whether GeLU joins the GEMM: after it
@@ -479,11 +491,8 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
     std::optional<SmMarginForCollective> margin;
     if (tp && tp->overlap_comm) margin.emplace(dy, *tp);  // the reduction runs beside
     if (tp && delay) DelayedWeightGrad::run();           // the layer before's GEMM, beside it
-    torch::Tensor dw, db;
-    const auto gemm_bias = comm.row_tp() ? torch::Tensor() : b;  // row_bias_grad's, below
-    if (ctx->needs_input_grad(1) || (b.defined() && ctx->needs_input_grad(2)))  // not for a frozen layer
-      std::tie(dw, db) = weight_grads(dy, q ? torch::Tensor() : rows_of(x), w, gemm_bias, comm.sink, q, delay);
-    if (b.defined() && comm.row_tp() && ctx->needs_input_grad(2)) db = row_bias_grad(grads[0], b, comm.sink);
+    const auto [dw, db] = layer_param_grads(dy, q ? torch::Tensor() : rows_of(x), w, b, grads[0], comm, q, delay,
+                                            ctx->needs_input_grad(1), b.defined() && ctx->needs_input_grad(2));
     margin.reset();
     join();
     return input_grads({dx, dw, db});
@@ -529,11 +538,8 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
       dy = rows_of(grads[0]);
       rows_into(dy, 0);
     }
-    torch::Tensor dw, db;
-    const auto gemm_bias = comm.row_tp() ? torch::Tensor() : b;  // row_bias_grad's, below
-    if (ctx->needs_input_grad(2) || (b.defined() && ctx->needs_input_grad(3)))  // not for a frozen layer
-      std::tie(dw, db) = weight_grads(dy, rows_of(act), w, gemm_bias, comm.sink, {}, delay);
-    if (b.defined() && comm.row_tp() && ctx->needs_input_grad(3)) db = row_bias_grad(grads[0], b, comm.sink);
+    const auto [dw, db] = layer_param_grads(dy, rows_of(act), w, b, grads[0], comm, {}, delay, ctx->needs_input_grad(2),
+                                            b.defined() && ctx->needs_input_grad(3));
     return input_grads({dpre, torch::Tensor(), dw, db});
   }
 };
