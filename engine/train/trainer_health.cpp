@@ -144,6 +144,17 @@ double median_of(const std::vector<std::pair<double, int>>& sorted, size_t n) {
   return n % 2 ? sorted[n / 2].first : (sorted[n / 2 - 1].first + sorted[n / 2].first) / 2;
 }
 
+// Min, median and max of per-rank values, and the ranks at the ends; sorts `values` (by value).
+struct Spread {
+  double min, median, max;
+  int min_rank, max_rank;
+};
+Spread spread_of(std::vector<std::pair<double, int>>& values) {
+  std::sort(values.begin(), values.end());
+  return {values.front().first, values[values.size() / 2].first, values.back().first, values.front().second,
+          values.back().second};
+}
+
 }  // namespace
 
 // Each rank's own step time over the window (its step less the time it waited for the other
@@ -164,18 +175,13 @@ void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window
     by_time.emplace_back(std::stod(all[r].substr(0, space)), static_cast<int>(r));
     by_wait.emplace_back(std::stod(all[r].substr(space + 1)), static_cast<int>(r));
   }
-  std::sort(by_wait.begin(), by_wait.end());
-  if (by_wait.front().first >= 0) {  // every rank measured (they share the backend)
-    rec.barrier_ms_min = by_wait.front().first;
-    rec.barrier_ms_max = by_wait.back().first;
-    rec.barrier_ms_median = by_wait[by_wait.size() / 2].first;
-    rec.pacing_rank = by_wait.front().second;
+  if (const auto w = spread_of(by_wait); w.min >= 0) {  // every rank measured (they share the backend)
+    rec.barrier_ms_min = w.min, rec.barrier_ms_median = w.median, rec.barrier_ms_max = w.max;
+    rec.pacing_rank = w.min_rank;
   }
-  std::sort(by_time.begin(), by_time.end());
-  rec.rank_ms_min = by_time.front().first;
-  rec.rank_ms_max = by_time.back().first;
-  rec.rank_ms_median = by_time[by_time.size() / 2].first;
-  rec.slowest_rank = by_time.back().second;
+  const auto t = spread_of(by_time);  // by_time sorted, for the median of the others below
+  rec.rank_ms_min = t.min, rec.rank_ms_median = t.median, rec.rank_ms_max = t.max;
+  rec.slowest_rank = t.max_rank;
   const double factor = spec_.train.straggler_factor;
   const double others = median_of(by_time, by_time.size() - 1);  // all but the slowest
   if (factor > 0 && is_logging_rank() && rec.rank_ms_max > factor * others && others > 0)
