@@ -1,6 +1,7 @@
 // Residual add + LayerNorm / RMSNorm (engine/kernels/add_norm.cu) against a CPU reference in
 // fp64: forward (sum, y, mean, rstd) and backward (grad_in, grad_weight, grad_bias, and that
-// the weight gradient is bitwise repeatable), with and without delta / grad_sum / bias; then timed.
+// the weight gradient is bitwise repeatable), with and without delta / grad_sum / bias, backward in
+// one pass and in two; then timed, and the widths of tp 4 + SP (512 and 2048 rows of 8192).
 //   dev/cuda/add_norm [rows] [hidden]     (default 8192 x 2048: LLaMA 1B, micro 4 x seq 2048)
 #include "dev/cuda/common.h"
 #include "engine/kernels/kernels.h"
@@ -14,10 +15,10 @@ struct Case {
 };
 
 template <typename T>
-bool run(DType dt, const char* name, int64_t rows, int64_t hidden, Case c) {
-  std::printf("%s %s, %lld x %lld%s%s%s%s\n", name, c.rms ? "RMSNorm" : "LayerNorm", (long long)rows,
+bool run(DType dt, const char* name, int64_t rows, int64_t hidden, Case c, NormBackwardPasses passes) {
+  std::printf("%s %s, %lld x %lld%s%s%s%s, backward in %s\n", name, c.rms ? "RMSNorm" : "LayerNorm", (long long)rows,
               (long long)hidden, c.delta ? ", delta" : "", c.grad_sum ? ", grad_sum" : "", c.bias ? ", bias" : "",
-              c.offset ? ", misaligned" : "");
+              c.offset ? ", misaligned" : "", passes == NormBackwardPasses::two ? "two passes" : "one pass");
   const size_t n = size_t(rows) * hidden;
   const bool bf16 = dt == DType::bf16;
   const float eps = 1e-5f;
@@ -95,7 +96,7 @@ bool run(DType dt, const char* name, int64_t rows, int64_t hidden, Case c) {
   };
   auto backward = [&] {
     add_norm_backward(dt, c.rms, pdy, pgs, pin, c.rms ? nullptr : d_mean.ptr, d_rstd.ptr, d_w.ptr, pdx, d_dw.ptr, pdb,
-                      d_scratch.ptr, rows, hidden, nullptr);
+                      d_scratch.ptr, rows, hidden, nullptr, passes);
   };
   forward();
   backward();
@@ -123,6 +124,13 @@ bool run(DType dt, const char* name, int64_t rows, int64_t hidden, Case c) {
   return ok;
 }
 
+// Every case with backward in one pass and in two.
+template <typename T>
+bool both(DType dt, const char* name, int64_t rows, int64_t hidden, Case c) {
+  bool ok = run<T>(dt, name, rows, hidden, c, NormBackwardPasses::one);
+  return run<T>(dt, name, rows, hidden, c, NormBackwardPasses::two) && ok;
+}
+
 int main(int argc, char** argv) {
   const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 8192, hidden = argc > 2 ? std::atoll(argv[2]) : 2048;
   dev::require_gpu();
@@ -130,18 +138,26 @@ int main(int argc, char** argv) {
   using bf16 = __nv_bfloat16;
   const auto B = DType::bf16, F = DType::f32;
   // {rms, delta, grad_sum, bias, offset, timed}
-  bool ok = run<bf16>(B, "bf16", rows, hidden, {false, true, true, true, 0, true});
-  ok &= run<bf16>(B, "bf16", rows, hidden, {true, true, true, false, 0, true});
-  ok &= run<float>(F, "f32", rows / 4, hidden, {false, true, true, true, 0, true});
-  ok &= run<bf16>(B, "bf16", rows / 4, hidden, {false, false, false, false, 0, false});
-  ok &= run<float>(F, "f32", rows / 4, hidden, {true, false, false, false, 0, false});
+  bool ok = both<bf16>(B, "bf16", rows, hidden, {false, true, true, true, 0, true});
+  ok &= both<bf16>(B, "bf16", rows, hidden, {true, true, true, false, 0, true});
+  ok &= both<float>(F, "f32", rows / 4, hidden, {false, true, true, true, 0, true});
+  ok &= both<bf16>(B, "bf16", rows / 4, hidden, {false, false, false, false, 0, false});
+  ok &= both<float>(F, "f32", rows / 4, hidden, {true, false, false, false, 0, false});
+  // The tensor-parallel widths: a rank's rows at tp 4 + SP (GPT-39B: 2048 / 4, LLaMA-2-70B: 4096 / 4)
+  // and tp 1's 2048 rows.
+  for (const int64_t r : {512, 1024, 2048}) {
+    ok &= both<bf16>(B, "bf16", r, 8192, {false, true, true, true, 0, true});
+    ok &= both<bf16>(B, "bf16", r, 8192, {true, true, true, false, 0, true});
+  }
   // Tails: a partly filled last block, rows of several warps, the scalar path.
-  ok &= run<bf16>(B, "bf16", 37, 1024, {false, true, true, true, 0, false});
-  ok &= run<bf16>(B, "bf16", 37, 4096, {true, true, true, false, 0, false});
-  ok &= run<bf16>(B, "bf16", 37, 8192, {false, true, false, false, 0, false});
-  ok &= run<float>(F, "f32", 37, 16384, {false, true, true, true, 0, false});
-  ok &= run<bf16>(B, "bf16", 37, 1024, {false, true, true, true, 1, false});
-  ok &= run<bf16>(B, "bf16", 7, 1001, {false, true, true, true, 0, false});
-  ok &= run<float>(F, "f32", 5, 100, {true, true, false, false, 0, false});
+  ok &= both<bf16>(B, "bf16", 37, 1024, {false, true, true, true, 0, false});
+  ok &= both<bf16>(B, "bf16", 37, 4096, {true, true, true, false, 0, false});
+  ok &= both<bf16>(B, "bf16", 37, 8192, {false, true, false, false, 0, false});
+  ok &= both<bf16>(B, "bf16", 300, 8200, {false, true, true, true, 0, false});
+  ok &= both<float>(F, "f32", 37, 16384, {false, true, true, true, 0, false});
+  ok &= both<bf16>(B, "bf16", 37, 1024, {false, true, true, true, 1, false});
+  ok &= both<bf16>(B, "bf16", 7, 1001, {false, true, true, true, 0, false});
+  ok &= both<bf16>(B, "bf16", 70, 1001, {false, true, true, true, 1, false});
+  ok &= both<float>(F, "f32", 5, 100, {true, true, false, false, 0, false});
   return ok ? 0 : 1;
 }

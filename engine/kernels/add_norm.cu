@@ -210,7 +210,7 @@ constexpr int backward_smem() {
 // order and writes one partial row of each to scratch. The row's second pass recomputes from the
 // packed inputs (see opaque) and rstd is folded into the constants: fewer instructions and
 // registers per element, which is what this kernel is short of.
-template <typename T, int V, int E, int WPR>
+template <typename T, int V, int E, int WPR, bool kParams>
 __global__ void __launch_bounds__(32 * block_warps(WPR), min_blocks(WPR))
     backward_kernel(bool rms, const T* grad_y, const T* grad_sum, const T* input, const float* __restrict__ mean,
                     const float* __restrict__ rstd, const T* __restrict__ weight, T* grad_in,
@@ -222,17 +222,19 @@ __global__ void __launch_bounds__(32 * block_warps(WPR), min_blocks(WPR))
   extern __shared__ float4 acc[];  // [2][E4][kThreads]: float4 e4 of this thread's weight, bias columns
   const int t = threadIdx.x % kTeam, team = threadIdx.x / kTeam, nvec = hidden / V;
   const float inv_n = 1.f / static_cast<float>(hidden);
-  const bool want_b = partial_b != nullptr;
+  const bool want_b = kParams && partial_b != nullptr;
 #if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");  // the column sum may start launching now
+  if constexpr (kParams) asm volatile("griddepcontrol.launch_dependents;");  // the column sum may start launching now
 #endif
 
   Vec<T, V> w[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k)
     if (t + k * kTeam < nvec) w[k] = load<T, V>(weight + int64_t{t + k * kTeam} * V);
+  if constexpr (kParams) {
 #pragma unroll
-  for (int e4 = 0; e4 < 2 * E4; ++e4) acc[e4 * kThreads + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int e4 = 0; e4 < 2 * E4; ++e4) acc[e4 * kThreads + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   for (int64_t row = int64_t{blockIdx.x} * kRowsPerBlock + team; row - team < rows;
        row += int64_t{gridDim.x} * kRowsPerBlock) {
@@ -267,6 +269,7 @@ __global__ void __launch_bounds__(32 * block_warps(WPR), min_blocks(WPR))
             db[c] = d;
           }
         }
+        if constexpr (!kParams) continue;
         float4& aw = acc[e4 * kThreads + threadIdx.x];
         aw = make_float4(aw.x + dw[0], aw.y + dw[1], aw.z + dw[2], aw.w + dw[3]);
         if (want_b) {
@@ -297,6 +300,7 @@ __global__ void __launch_bounds__(32 * block_warps(WPR), min_blocks(WPR))
 
   // Team thread t of every team holds the same columns: the first team adds the teams in order
   // (deterministic) and writes the block's partial rows.
+  if constexpr (!kParams) return;
   __syncthreads();
   if (team != 0) return;
 #pragma unroll
@@ -347,6 +351,70 @@ __global__ void __launch_bounds__(32 * kSumSlices)
     for (int m = 1; m < kSumSlices; ++m) s += sums[m][threadIdx.x];
     out[c] = s;
   }
+}
+
+// The two-pass backward's second pass (see add_norm_backward): grad_weight and grad_bias of 64
+// columns over one slice of the rows (blockIdx.y of gridDim.y), into that slice's partial row.
+// Lane l holds columns 2l and 2l + 1 (coalesced: a warp reads 64 contiguous elements of a row);
+// the 8 warps take every 8th row, 4 rows' loads in flight at a time, and are added in order at
+// the end (deterministic).
+constexpr int kParamCols = 64, kParamWarps = 8, kParamUnroll = 4;
+template <typename T, bool kPair>
+__global__ void __launch_bounds__(32 * kParamWarps)
+    param_grads_kernel(bool rms, const T* __restrict__ grad_y, const T* __restrict__ input,
+                       const float* __restrict__ mean, const float* __restrict__ rstd, float* __restrict__ partial_w,
+                       float* __restrict__ partial_b, int64_t rows, int hidden) {
+  __shared__ float sums[2][kParamWarps][kParamCols];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int c0 = blockIdx.x * kParamCols + 2 * lane;
+  const int64_t first = rows * blockIdx.y / gridDim.y, last = rows * (blockIdx.y + 1) / gridDim.y;
+  const bool has0 = c0 < hidden, has1 = c0 + 1 < hidden;
+  float dw0 = 0.f, dw1 = 0.f, db0 = 0.f, db1 = 0.f;
+  for (int64_t r0 = first + warp; r0 < last; r0 += kParamWarps * kParamUnroll) {
+    float x[kParamUnroll][2], d[kParamUnroll][2], r[kParamUnroll], mr[kParamUnroll];
+#pragma unroll
+    for (int u = 0; u < kParamUnroll; ++u) {
+      const int64_t row = r0 + int64_t{u} * kParamWarps;
+      const bool ok = row < last;
+      const int64_t o = row * hidden + c0;
+      if constexpr (kPair) {  // hidden even, rows 2-element aligned: both columns in one load
+        Vec<T, 2> xv, dv;
+        if (ok && has0) xv = load<T, 2>(input + o), dv = load<T, 2>(grad_y + o);
+        x[u][0] = ok && has0 ? to_float(xv.v[0]) : 0.f;
+        x[u][1] = ok && has0 ? to_float(xv.v[1]) : 0.f;
+        d[u][0] = ok && has0 ? to_float(dv.v[0]) : 0.f;
+        d[u][1] = ok && has0 ? to_float(dv.v[1]) : 0.f;
+      } else {
+        x[u][0] = ok && has0 ? to_float(input[o]) : 0.f;
+        x[u][1] = ok && has1 ? to_float(input[o + 1]) : 0.f;
+        d[u][0] = ok && has0 ? to_float(grad_y[o]) : 0.f;
+        d[u][1] = ok && has1 ? to_float(grad_y[o + 1]) : 0.f;
+      }
+      r[u] = ok ? rstd[row] : 0.f;
+      mr[u] = ok && !rms ? mean[row] * r[u] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kParamUnroll; ++u) {
+      // xhat as the first pass forms it: x * rstd - mean * rstd.
+      dw0 += d[u][0] * (x[u][0] * r[u] - mr[u]);
+      dw1 += d[u][1] * (x[u][1] * r[u] - mr[u]);
+      db0 += d[u][0];
+      db1 += d[u][1];
+    }
+  }
+  sums[0][warp][2 * lane] = dw0;
+  sums[0][warp][2 * lane + 1] = dw1;
+  sums[1][warp][2 * lane] = db0;
+  sums[1][warp][2 * lane + 1] = db1;
+  __syncthreads();
+  if (threadIdx.x >= 2 * kParamCols) return;
+  const int q = threadIdx.x / kParamCols, j = threadIdx.x % kParamCols, c = blockIdx.x * kParamCols + j;
+  float* out = q == 0 ? partial_w : partial_b;
+  if (!out || c >= hidden) return;
+  float s = sums[q][0][j];
+#pragma unroll
+  for (int w = 1; w < kParamWarps; ++w) s += sums[q][w][j];
+  out[int64_t{blockIdx.y} * hidden + c] = s;
 }
 
 // Multiprocessors of the current device, asked once per device.
@@ -405,15 +473,27 @@ int64_t add_norm_scratch_floats(int64_t rows, int64_t hidden) {
   return 2 * hidden * std::min(rows, backward_max_blocks());
 }
 
+bool add_norm_backward_two_pass(DType t, int64_t hidden) {
+  // The fused pass keeps each thread's grad_weight / grad_bias columns in shared memory and writes
+  // one partial row of each per block (2 x 2 x 132 rows of hidden floats on an H100): beside
+  // rows of 8192 bf16 that is as many bytes as the rows themselves at 512 rows (tp 4 + SP at the
+  // GPT-39B width), and the kernel holds two rows per SM. Past 4096 elements a row (bf16), the
+  // two passes: rows without the columns' sums, then the sums by columns.
+  return hidden * static_cast<int64_t>(t == DType::f32 ? 4 : 2) > 8192;
+}
+
 void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_sum, const void* input,
                        const float* mean, const float* rstd, const void* weight, void* grad_in, float* grad_weight,
-                       float* grad_bias, float* scratch, int64_t rows, int64_t hidden, void* stream) {
+                       float* grad_bias, float* scratch, int64_t rows, int64_t hidden, void* stream,
+                       NormBackwardPasses passes) {
   if (rows == 0) return;
   if (!add_norm_supported(hidden))
     throw std::runtime_error("add_norm_backward: hidden " + std::to_string(hidden) + " is not supported");
+  const bool two_pass = passes == NormBackwardPasses::two ||
+                        (passes == NormBackwardPasses::automatic && add_norm_backward_two_pass(t, hidden));
   auto st = detail::as_stream(stream);
   const int64_t max_blocks = std::min(rows, backward_max_blocks());  // the scratch holds this many partial rows
-  int blocks = 0;
+  int partial_rows = 0;
   ME_DISPATCH_FLOAT(t, "add_norm_backward", {
     const auto* pdy = static_cast<const scalar_t*>(grad_y);
     const auto* pgs = static_cast<const scalar_t*>(grad_sum);
@@ -428,25 +508,47 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
     with_shape<kMaxE>(hidden, [&](auto shape) {
       using S = decltype(shape);
       constexpr int threads = 32 * block_warps(S::kTeamWarps), per_block = threads / (32 * S::kTeamWarps);
+      const int64_t groups = (rows + per_block - 1) / per_block;
+      if (two_pass) {
+        // First pass: grad_in only, a team per row, every row at once.
+        const int blocks = static_cast<int>(std::min<int64_t>(groups, 65535 * 8));
+        const auto kernel = vec ? backward_kernel<scalar_t, V, S::kElems, S::kTeamWarps, false>
+                                : backward_kernel<scalar_t, 1, S::kElems, S::kTeamWarps, false>;
+        kernel<<<blocks, threads, 0, st>>>(rms, pdy, pgs, pin, mean, rstd, pw, pdx, nullptr, nullptr, rows,
+                                           static_cast<int>(hidden));
+        detail::check_launch("add_norm_backward (rows)");
+        // Second pass: the columns' sums over slices of the rows, about 4 blocks per SM in all,
+        // each slice at least 32 rows.
+        const int64_t col_blocks = (hidden + kParamCols - 1) / kParamCols;
+        const int64_t want = (4 * int64_t{sm_count()} + col_blocks - 1) / col_blocks;
+        partial_rows = static_cast<int>(std::max<int64_t>(1, std::min({want, rows / 32, max_blocks})));
+        const bool pair = hidden % 2 == 0 && reinterpret_cast<uintptr_t>(pdy) % (2 * sizeof(scalar_t)) == 0 &&
+                          reinterpret_cast<uintptr_t>(pin) % (2 * sizeof(scalar_t)) == 0;
+        const auto params = pair ? param_grads_kernel<scalar_t, true> : param_grads_kernel<scalar_t, false>;
+        params<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(partial_rows)), 32 * kParamWarps, 0,
+                 st>>>(rms, pdy, pin, mean, rstd, scratch, grad_bias ? scratch + max_blocks * hidden : nullptr, rows,
+                       static_cast<int>(hidden));
+        detail::check_launch("add_norm_backward (columns)");
+        return;
+      }
       constexpr int smem = backward_smem<S::kElems, S::kTeamWarps>();
       // As few rounds over the rows as max_blocks allows, then as few blocks as need no more
       // rounds: every team walks the same number of rows, or one fewer.
-      const int64_t groups = (rows + per_block - 1) / per_block;
       const int64_t rounds = (groups + max_blocks - 1) / max_blocks;
-      blocks = static_cast<int>((groups + rounds - 1) / rounds);
-      const auto kernel = vec ? backward_kernel<scalar_t, V, S::kElems, S::kTeamWarps>
-                              : backward_kernel<scalar_t, 1, S::kElems, S::kTeamWarps>;
+      partial_rows = static_cast<int>((groups + rounds - 1) / rounds);
+      const auto kernel = vec ? backward_kernel<scalar_t, V, S::kElems, S::kTeamWarps, true>
+                              : backward_kernel<scalar_t, 1, S::kElems, S::kTeamWarps, true>;
       if (smem > 48 * 1024) {
         const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) throw std::runtime_error(std::string("add_norm_backward: ") + cudaGetErrorString(e));
       }
-      kernel<<<blocks, threads, smem, st>>>(rms, pdy, pgs, pin, mean, rstd, pw, pdx, scratch,
-                                            grad_bias ? scratch + max_blocks * hidden : nullptr, rows,
-                                            static_cast<int>(hidden));
+      kernel<<<partial_rows, threads, smem, st>>>(rms, pdy, pgs, pin, mean, rstd, pw, pdx, scratch,
+                                                  grad_bias ? scratch + max_blocks * hidden : nullptr, rows,
+                                                  static_cast<int>(hidden));
+      detail::check_launch("add_norm_backward");
     });
   });
-  detail::check_launch("add_norm_backward");
-  // Programmatic dependent launch: the column sum is launched while the main kernel runs and
+  // Programmatic dependent launch: the column sum is launched while the kernel before it runs and
   // waits for it inside (griddepcontrol.wait), which hides its launch latency.
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((hidden + 31) / 32), grad_bias ? 2 : 1);
@@ -459,7 +561,7 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
   cfg.numAttrs = 1;
   const float* partial_b = scratch + max_blocks * hidden;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, column_sum_kernel, static_cast<const float*>(scratch), partial_b,
-                                           blocks, static_cast<int>(hidden), grad_weight, grad_bias);
+                                           partial_rows, static_cast<int>(hidden), grad_weight, grad_bias);
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("CUDA kernel add_norm_backward (column sums): ") + cudaGetErrorString(e));
 }

@@ -166,6 +166,17 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
 
 // Inputs {x, delta, weight} or {x, delta, weight, bias}; outputs {sum, y}. Saves the sum and
 // the row statistics; backward gives x and delta the same gradient.
+// ME_NORM_BACKWARD_PASSES=1 or 2: the norm backward in one pass or two for every width, to
+// measure the choice add_norm_backward makes by width (unset: its choice).
+NormBackwardPasses norm_backward_passes() {
+  static const NormBackwardPasses passes = [] {
+    const char* v = std::getenv("ME_NORM_BACKWARD_PASSES");
+    const std::string s = v ? v : "";
+    return s == "1" ? NormBackwardPasses::one : s == "2" ? NormBackwardPasses::two : NormBackwardPasses::automatic;
+  }();
+  return passes;
+}
+
 struct AddNormFn : public torch::autograd::Function<AddNormFn> {
   static variable_list forward(AutogradContext* ctx, at::TensorList in, double eps, bool rms) {
     const auto x = in[0].contiguous(), delta = in[1].contiguous();
@@ -202,7 +213,7 @@ struct AddNormFn : public torch::autograd::Function<AddNormFn> {
     add_norm_backward(dtype_of(sum), rms, d_y.data_ptr(), d_sum.defined() ? d_sum.data_ptr() : nullptr, sum.data_ptr(),
                       rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr(), grad_in.data_ptr(),
                       gw.data_ptr<float>(), has_bias ? gb.data_ptr<float>() : nullptr, scratch.data_ptr<float>(), rows,
-                      hidden, current_stream());
+                      hidden, current_stream(), norm_backward_passes());
     variable_list out{grad_in, grad_in, gw.to(w.scalar_type())};
     if (has_bias) out.push_back(gb.to(w.scalar_type()));
     out.push_back(torch::Tensor());  // eps
