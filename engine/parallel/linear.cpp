@@ -194,16 +194,25 @@ struct Fp8WeightGrad {
 // A row of n ones in dy's dtype on its device, for the bias gradient's GEMM: kept from one call
 // to the next (per thread, grown when a call needs more) rather than made and filled for every
 // layer and micro-batch (an allocation and a fill kernel each: host time, which at tp 4 paces the
-// step). Every use is on the stream it was filled on (backward's, the weight-gradient GEMMs').
+// step). One per stream, so that every use is on the stream it was filled on and a row replaced
+// by a longer one is freed where it was used (backward's stream, or ME_TP_WGRAD_STREAM's).
 torch::Tensor ones_row(const torch::Tensor& dy, int64_t n) {
-  thread_local std::vector<torch::Tensor> kept;
-  for (auto& t : kept)
-    if (t.device() == dy.device() && t.scalar_type() == dy.scalar_type()) {
-      if (t.size(1) < n) t = torch::ones({1, n}, dy.options());
-      return t.narrow(1, 0, n);
+  struct Kept {
+    torch::Tensor row;
+    int64_t stream;
+  };
+  thread_local std::vector<Kept> kept;
+  int64_t stream = 0;
+#if ME_TORCH_HAS_CUDA
+  if (dy.is_cuda()) stream = c10::cuda::getCurrentCUDAStream(dy.device().index()).id();
+#endif
+  for (auto& k : kept)
+    if (k.stream == stream && k.row.device() == dy.device() && k.row.scalar_type() == dy.scalar_type()) {
+      if (k.row.size(1) < n) k.row = torch::ones({1, n}, dy.options());
+      return k.row.narrow(1, 0, n);
     }
-  kept.push_back(torch::ones({1, n}, dy.options()));
-  return kept.back();
+  kept.push_back({torch::ones({1, n}, dy.options()), stream});
+  return kept.back().row;
 }
 
 // The bias gradient of y = x w^T + b from dy [rows, out]: into the sink's main grad (written, or
