@@ -145,6 +145,24 @@ void DelayedWeightGrad::join() {
 #endif
 }
 
+void DelayedWeightGrad::fence() {
+#if ME_TORCH_HAS_CUDA
+  std::set<c10::DeviceIndex> devices;
+  {
+    std::lock_guard<std::mutex> lock(wgrad_mutex);
+    devices = wgrad_pending;
+  }
+  for (const auto device : devices) {
+    const auto side = wgrad_stream(device);
+    const auto current = c10::cuda::getCurrentCUDAStream(device);
+    if (current == side) continue;
+    at::cuda::CUDAEvent done;
+    done.record(side);
+    done.block(current);
+  }
+#endif
+}
+
 void DelayedWeightGrad::hold(std::function<void()> gemms) {
   std::function<void()> older;
   {

@@ -69,5 +69,9 @@ if [ "$gpus" -ge 4 ]; then
   follows tp4_copy_engine tp4_copy_engine_grouped "tp 4 with ME_TP_GATHER_GROUP=3: "
   ME_TP_WGRAD_STREAM=16 train tp4_copy_engine_wgrad_stream 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine tp4_copy_engine_wgrad_stream "tp 4 with ME_TP_WGRAD_STREAM=16: "
+  # tp 2 x dp 2: the data-parallel buckets' reductions wait for that stream too (fence)
+  train tp2dp2 4 parallel.tp_comm_backend=copy_engine
+  ME_TP_WGRAD_STREAM=16 train tp2dp2_wgrad_stream 4 parallel.tp_comm_backend=copy_engine
+  follows tp2dp2 tp2dp2_wgrad_stream "tp 2 x dp 2 with ME_TP_WGRAD_STREAM=16: "
 fi
 echo "tp_copy_engine_gpu: passed"
