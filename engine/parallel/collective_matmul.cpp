@@ -276,23 +276,26 @@ std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, c
   return [] {};
 }
 
-SmMarginForCollective::SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp) {
+SmMarginForCollective::SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp)
+    : SmMarginForCollective(on, static_cast<int>(tp.comm_sm_margin)) {}
+
+SmMarginForCollective::SmMarginForCollective(const torch::Tensor& on, int margin) {
 #if ME_TORCH_HAS_CUDA
-  if (tp.comm_sm_margin <= 0 || !on.is_cuda()) return;
+  if (margin <= 0 || !on.is_cuda()) return;
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  ME_CHECK(tp.comm_sm_margin < sms, "parallel.tp_comm_sm_margin (", tp.comm_sm_margin,
-           ") must leave the GEMMs some of this GPU's ", sms, " multiprocessors");
-  const int target = sms - tp.comm_sm_margin;
+  ME_CHECK(margin < sms, "an SM margin of ", margin, " (parallel.tp_comm_sm_margin or ME_TP_WGRAD_STREAM) must leave the ",
+           "GEMMs some of this GPU's ", sms, " multiprocessors");
+  const int target = sms - margin;
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
   ME_CHECK(cublasGetSmCountTarget(handle, &previous_) == CUBLAS_STATUS_SUCCESS &&
                cublasSetSmCountTarget(handle, target) == CUBLAS_STATUS_SUCCESS,
            "cublasSetSmCountTarget(", target, ") failed");
   handle_ = handle;
-  compat::set_matmul_sm_carveout(tp.comm_sm_margin);  // LibTorch's cuBLASLt GEMMs, where it has the setting
+  compat::set_matmul_sm_carveout(margin);  // LibTorch's cuBLASLt GEMMs, where it has the setting
   kernels::set_gemm_sm_count_target(target);         // ours (GeLU epilogues)
 #else
   (void)on;
-  (void)tp;
+  (void)margin;
 #endif
 }
 

@@ -35,7 +35,8 @@ std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, c
 // thread). No effect on the CPU or with a margin of 0.
 class SmMarginForCollective {
  public:
-  SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp);
+  SmMarginForCollective(const torch::Tensor& on, const TensorParallel& tp);  // tp.comm_sm_margin
+  SmMarginForCollective(const torch::Tensor& on, int margin);                 // `margin` SMs left free
   ~SmMarginForCollective();
   SmMarginForCollective(const SmMarginForCollective&) = delete;
   SmMarginForCollective& operator=(const SmMarginForCollective&) = delete;

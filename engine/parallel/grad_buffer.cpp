@@ -138,8 +138,13 @@ void GradBuffer::reduce(size_t k) {
     return dp_->reduce_scatter(piece, slice, comm::ReduceOp::avg, /*async=*/true);
   };
   // On the GPU on a side stream, so the rest of backward runs meanwhile, after the bucket's
-  // gradients; finish() makes the compute stream wait for the reductions.
-  comm_stream_.run(flat_.device(), [&] { b.work = start(); });
+  // gradients, those the held weight-gradient GEMMs wrote on a stream of their own included
+  // (ME_TP_WGRAD_STREAM: the fence makes the reduction's stream, not the compute stream, wait for
+  // them); finish() makes the compute stream wait for the reductions.
+  comm_stream_.run(flat_.device(), [&] {
+    DelayedWeightGrad::fence();
+    b.work = start();
+  });
 }
 
 void GradBuffer::finish(const std::function<void()>& before_deferred) {

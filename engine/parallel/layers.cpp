@@ -147,6 +147,7 @@ struct EmbeddingMainGrad : public torch::autograd::Function<EmbeddingMainGrad> {
     if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
     bool accumulate = false;
     auto main = sink->main_grad(weight, &accumulate);
+    DelayedWeightGrad::fence();  // a tied head's weight gradient may still be running on its own stream
     const auto rows = grads[0].reshape({-1, weight.size(1)}).to(main.scalar_type());
     if (!accumulate) main.zero_();
     main.index_put_({ids.reshape({-1})}, rows, /*accumulate=*/true);

@@ -12,7 +12,17 @@
 
 #include <torch/csrc/autograd/engine.h>
 
+#if ME_TORCH_HAS_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <set>
+#endif
+
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -62,7 +72,96 @@ void WeightGradQueue::clear() {
 namespace {
 std::mutex delayed_mutex;
 std::function<void()> delayed;  // DelayedWeightGrad's held GEMM
+
+// ME_TP_WGRAD_STREAM=m, an experiment not yet measured (off when unset): the held weight-gradient
+// GEMMs run on a stream of their own, leaving m multiprocessors free, so that what backward's
+// compute stream does meanwhile runs beside them instead of after them. At tp 4 that is each
+// reduce-scatter's chain (its barrier, the sum, the norm backward, the local copies: about 155 us
+// a collective at the GPT-39B width, bench/RESULTS.md, twenty-seventh session).
+int wgrad_stream_margin() {
+  static const int margin = [] {
+    const char* v = std::getenv("ME_TP_WGRAD_STREAM");
+    return v ? std::max(0, std::atoi(v)) : -1;
+  }();
+  return margin;
+}
+
+#if ME_TORCH_HAS_CUDA
+std::mutex wgrad_mutex;
+std::map<c10::DeviceIndex, c10::cuda::CUDAStream> wgrad_streams;
+std::set<c10::DeviceIndex> wgrad_pending;  // devices whose compute stream has not yet waited for it
+
+c10::cuda::CUDAStream wgrad_stream(c10::DeviceIndex device) {
+  std::lock_guard<std::mutex> lock(wgrad_mutex);
+  auto it = wgrad_streams.find(device);
+  if (it == wgrad_streams.end())
+    it = wgrad_streams.emplace(device, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)).first;
+  return it->second;
+}
+#endif
 }  // namespace
+
+// The held GEMMs on their own stream (ME_TP_WGRAD_STREAM): after what the compute stream has
+// queued, with `uses` (their operands, freed on the compute stream later) recorded on it so that
+// the allocator does not hand their memory out before the GEMMs are done. What they write (the
+// main grads, whose bucket reductions start from the current stream: this one) is read only after
+// backward, when DelayedWeightGrad::join has made the compute stream wait.
+std::function<void()> DelayedWeightGrad::on_own_stream(std::function<void()> gemms, std::vector<torch::Tensor> uses) {
+#if ME_TORCH_HAS_CUDA
+  if (wgrad_stream_margin() >= 0 && !uses.empty() && uses.front().is_cuda())
+    return [gemms = std::move(gemms), uses = std::move(uses)] {
+      const auto device = uses.front().device().index();
+      const auto side = wgrad_stream(device);
+      at::cuda::CUDAEvent ready;
+      ready.record(c10::cuda::getCurrentCUDAStream(device));
+      ready.block(side);
+      for (const auto& t : uses)
+        if (t.defined()) t.record_stream(side);
+      {
+        c10::cuda::CUDAStreamGuard guard(side);
+        SmMarginForCollective margin(uses.front(), wgrad_stream_margin());
+        gemms();
+      }
+      std::lock_guard<std::mutex> lock(wgrad_mutex);
+      wgrad_pending.insert(device);
+    };
+#endif
+  (void)uses;
+  return gemms;
+}
+
+void DelayedWeightGrad::join() {
+#if ME_TORCH_HAS_CUDA
+  std::set<c10::DeviceIndex> devices;
+  {
+    std::lock_guard<std::mutex> lock(wgrad_mutex);
+    devices.swap(wgrad_pending);
+  }
+  for (const auto device : devices) {
+    at::cuda::CUDAEvent done;
+    done.record(wgrad_stream(device));
+    done.block(c10::cuda::getCurrentCUDAStream(device));
+  }
+#endif
+}
+
+void DelayedWeightGrad::fence() {
+#if ME_TORCH_HAS_CUDA
+  std::set<c10::DeviceIndex> devices;
+  {
+    std::lock_guard<std::mutex> lock(wgrad_mutex);
+    devices = wgrad_pending;
+  }
+  for (const auto device : devices) {
+    const auto side = wgrad_stream(device);
+    const auto current = c10::cuda::getCurrentCUDAStream(device);
+    if (current == side) continue;
+    at::cuda::CUDAEvent done;
+    done.record(side);
+    done.block(current);
+  }
+#endif
+}
 
 void DelayedWeightGrad::hold(std::function<void()> gemms) {
   std::function<void()> older;
@@ -72,8 +171,12 @@ void DelayedWeightGrad::hold(std::function<void()> gemms) {
     delayed = std::move(gemms);
   }
   if (older) older();
-  // At the latest when this backward pass ends (a recomputed block's nested pass included).
-  torch::autograd::Engine::get_default_engine().queue_callback([] { DelayedWeightGrad::run(); });
+  // At the latest when this backward pass ends (a recomputed block's nested pass included); then
+  // the compute stream waits for what ran on the weight-gradient stream.
+  torch::autograd::Engine::get_default_engine().queue_callback([] {
+    DelayedWeightGrad::run();
+    DelayedWeightGrad::join();
+  });
 }
 
 void DelayedWeightGrad::run() {
@@ -109,16 +212,25 @@ struct Fp8WeightGrad {
 // A row of n ones in dy's dtype on its device, for the bias gradient's GEMM: kept from one call
 // to the next (per thread, grown when a call needs more) rather than made and filled for every
 // layer and micro-batch (an allocation and a fill kernel each: host time, which at tp 4 paces the
-// step). Every use is on the stream it was filled on (backward's, the weight-gradient GEMMs').
+// step). One per stream, so that every use is on the stream it was filled on and a row replaced
+// by a longer one is freed where it was used (backward's stream, or ME_TP_WGRAD_STREAM's).
 torch::Tensor ones_row(const torch::Tensor& dy, int64_t n) {
-  thread_local std::vector<torch::Tensor> kept;
-  for (auto& t : kept)
-    if (t.device() == dy.device() && t.scalar_type() == dy.scalar_type()) {
-      if (t.size(1) < n) t = torch::ones({1, n}, dy.options());
-      return t.narrow(1, 0, n);
+  struct Kept {
+    torch::Tensor row;
+    int64_t stream;
+  };
+  thread_local std::vector<Kept> kept;
+  int64_t stream = 0;
+#if ME_TORCH_HAS_CUDA
+  if (dy.is_cuda()) stream = c10::cuda::getCurrentCUDAStream(dy.device().index()).id();
+#endif
+  for (auto& k : kept)
+    if (k.stream == stream && k.row.device() == dy.device() && k.row.scalar_type() == dy.scalar_type()) {
+      if (k.row.size(1) < n) k.row = torch::ones({1, n}, dy.options());
+      return k.row.narrow(1, 0, n);
     }
-  kept.push_back(torch::ones({1, n}, dy.options()));
-  return kept.back();
+  kept.push_back({torch::ones({1, n}, dy.options()), stream});
+  return kept.back().row;
 }
 
 // The bias gradient of y = x w^T + b from dy [rows, out]: into the sink's main grad (written, or
@@ -185,7 +297,7 @@ std::pair<torch::Tensor, torch::Tensor> weight_grads(const torch::Tensor& dy, co
       compute_weight_grads(dy, x, w, b, sink, q);
     };
     if (queue) queue->push(std::move(gemms));
-    else DelayedWeightGrad::hold(std::move(gemms));
+    else DelayedWeightGrad::hold(DelayedWeightGrad::on_own_stream(std::move(gemms), {dy, x}));
     return {};
   }
   return compute_weight_grads(dy, x, w, b, sink, q);

@@ -45,6 +45,14 @@ class DelayedWeightGrad {
   static void hold(std::function<void()> gemms);  // runs the GEMM held before, if any, first
   static void run();                              // the held GEMM, if any
   static void drop();                             // what a step that failed part-way left
+  // `gemms` as they run under ME_TP_WGRAD_STREAM (an experiment): on a stream of their own,
+  // `uses` kept from reuse until they are done; else `gemms` itself.
+  static std::function<void()> on_own_stream(std::function<void()> gemms, std::vector<torch::Tensor> uses);
+  static void join();  // the compute stream waits for what ran on that stream
+  // The current stream waits for what ran on that stream so far, unless it is that stream: before
+  // anything else writes or reads a main grad the held GEMMs may write (a tied embedding's lookup,
+  // a bucket's reduction, whose last gradient may come from another stream).
+  static void fence();
 };
 
 // While one lives on this thread, the linear layers run their weight-gradient GEMMs at once even

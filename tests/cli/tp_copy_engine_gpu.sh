@@ -42,6 +42,11 @@ follows nccl copy_engine ""
 # the reduce-scatters' rows for each peer computed and pushed in 2 pieces (ME_TP_RS_SPLIT)
 ME_TP_RS_SPLIT=2 train copy_engine_split2 2 parallel.tp_comm_backend=copy_engine
 follows copy_engine copy_engine_split2 "with ME_TP_RS_SPLIT=2: "
+# the held weight-gradient GEMMs on a stream of their own with 16 SMs left free (ME_TP_WGRAD_STREAM):
+# the same GEMMs into the same main grads in the same order (cuBLAS may pick other kernels for
+# fewer SMs); a missed wait between the streams shows as a wrong gradient
+ME_TP_WGRAD_STREAM=16 train copy_engine_wgrad_stream 2 parallel.tp_comm_backend=copy_engine
+follows copy_engine copy_engine_wgrad_stream "with ME_TP_WGRAD_STREAM=16: "
 # bf16, where the chunks' GEMMs go through cuBLASLt (ME_KERNELS' chunk_gemm): the same run with
 # LibTorch's mm instead follows it within 2e-2 (bf16 rounding of two GEMM algorithms over 30 steps)
 train bf16_chunk_gemm 2 parallel.tp_comm_backend=copy_engine precision=bf16
@@ -62,5 +67,11 @@ if [ "$gpus" -ge 4 ]; then
   # and with the peers' rows of the all-gathers' GEMMs grouped (ME_TP_GATHER_GROUP: up to 3 at once)
   ME_TP_GATHER_GROUP=3 train tp4_copy_engine_grouped 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine tp4_copy_engine_grouped "tp 4 with ME_TP_GATHER_GROUP=3: "
+  ME_TP_WGRAD_STREAM=16 train tp4_copy_engine_wgrad_stream 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
+  follows tp4_copy_engine tp4_copy_engine_wgrad_stream "tp 4 with ME_TP_WGRAD_STREAM=16: "
+  # tp 2 x dp 2: the data-parallel buckets' reductions wait for that stream too (fence)
+  train tp2dp2 4 parallel.tp_comm_backend=copy_engine
+  ME_TP_WGRAD_STREAM=16 train tp2dp2_wgrad_stream 4 parallel.tp_comm_backend=copy_engine
+  follows tp2dp2 tp2dp2_wgrad_stream "tp 2 x dp 2 with ME_TP_WGRAD_STREAM=16: "
 fi
 echo "tp_copy_engine_gpu: passed"
