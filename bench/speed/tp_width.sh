@@ -13,7 +13,7 @@
 #   source .debs/device-env.sh && bash bench/speed/tp_width.sh OUT_DIR [gpt39b-2l llama70b-2l]
 # Environment: ME_BENCH_BUILD (/tmp/b; built here when it has no megaengine), ME_BENCH_L (1),
 # ME_BENCH_TPS ("2 4"), ME_BENCH_MICRO_BATCH (1), ME_BENCH_STEPS (16: four timed windows of 4), ME_BENCH_WARMUP (4), ME_BENCH_DEADLINE_S (500),
-# ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v, ME_TP_X=v or ME_KERNELS=v is set in the environment),
+# ME_BENCH_VARIANTS ("label:overrides;..."; an override NCCL_X=v, CUDA_VISIBLE_DEVICES=v or ME_X=v is set in the environment),
 # ME_BENCH_TORCH_REF (1: also plain PyTorch's layer at tp 1 and each tp, bench/reference/tp_layer_ref.py,
 # its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
 # in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
@@ -83,7 +83,7 @@ run() {
   local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=() env=() overrides=() o
   local trace="${TMPDIR:-/tmp}/tp_width.$$.trace.json"
   for o in "$@"; do
-    case $o in NCCL_*=* | CUDA_VISIBLE_DEVICES=* | ME_TP_*=* | ME_KERNELS=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
+    case $o in NCCL_*=* | CUDA_VISIBLE_DEVICES=* | ME_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
   done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi

@@ -473,13 +473,15 @@ int64_t add_norm_scratch_floats(int64_t rows, int64_t hidden) {
   return 2 * hidden * std::min(rows, backward_max_blocks());
 }
 
-bool add_norm_backward_two_pass(DType t, int64_t hidden) {
+bool add_norm_backward_two_pass(DType t, int64_t rows, int64_t hidden) {
   // The fused pass keeps each thread's grad_weight / grad_bias columns in shared memory and writes
-  // one partial row of each per block (2 x 2 x 132 rows of hidden floats on an H100): beside
-  // rows of 8192 bf16 that is as many bytes as the rows themselves at 512 rows (tp 4 + SP at the
-  // GPT-39B width), and the kernel holds two rows per SM. Past 4096 elements a row (bf16), the
-  // two passes: rows without the columns' sums, then the sums by columns.
-  return hidden * static_cast<int64_t>(t == DType::f32 ? 4 : 2) > 8192;
+  // one partial row of each per block (2 per SM, each walking rows / (2 x SMs) rows): with wide
+  // rows and few of them, the partial rows cost as many bytes as the rows (512 rows of 8192 bf16,
+  // tp 4 + SP at the GPT-39B width: 55 us in one pass, 22 in two; H100, dev/cuda/add_norm). Two
+  // passes (rows without the columns' sums, then the sums by columns) read input and grad_y twice
+  // instead. Measured there: two passes win at 512 and 1024 rows of 8192 (LayerNorm 47 against 66
+  // us, RMSNorm 44 against 48), tie or lose from 2048 (RMSNorm 83 against 70) and at 2048 wide.
+  return hidden * static_cast<int64_t>(t == DType::f32 ? 4 : 2) > 8192 && rows <= 4 * backward_max_blocks();
 }
 
 void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_sum, const void* input,
@@ -490,7 +492,7 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
   if (!add_norm_supported(hidden))
     throw std::runtime_error("add_norm_backward: hidden " + std::to_string(hidden) + " is not supported");
   const bool two_pass = passes == NormBackwardPasses::two ||
-                        (passes == NormBackwardPasses::automatic && add_norm_backward_two_pass(t, hidden));
+                        (passes == NormBackwardPasses::automatic && add_norm_backward_two_pass(t, rows, hidden));
   auto st = detail::as_stream(stream);
   const int64_t max_blocks = std::min(rows, backward_max_blocks());  // the scratch holds this many partial rows
   int partial_rows = 0;
