@@ -158,6 +158,7 @@ section("parallel", {
   { "tp_comm_backend", "auto", "auto | nccl | copy_engine: what moves the overlapped sequence-parallel collectives (copy_engine: GPU copies over NVLink, no SMs taken from the GEMMs; one node); auto: the copy engines on CUDA with tp > 1, sequence_parallel and tp_comm_overlap (NCCL if they cannot be mapped), else NCCL" },
   { "tp_gather", "bulk", "bulk | ring: NCCL's overlapped sequence-parallel all-gathers as one collective beside the GEMM of this rank's rows (bulk), or as tp - 1 exchanges, each peer's rows multiplied as they arrive (ring; slower at tp 4 on H100)" },
   { "tp_delay_wgrad", true, "under sequence parallelism with tp_comm_overlap: each linear layer's weight-gradient GEMM runs beside backward's next TP collective (its all-gather then hides behind a whole GEMM; the input-gradient GEMM runs unsplit); false: all-gathers beside the input-gradient GEMM split per rank" },
+  { "tp_wgrad_stream", false, "with tp_delay_wgrad: the held weight-gradient GEMMs run on a stream of their own, so that backward's work after each reduce-scatter (its sum, the norm backward, the copies) runs beside them; measured 1-4.5% faster a layer at the GPT-39B width, tp 4 + SP, and not faster at LLaMA-2-70B's (bench/RESULTS.md, twenty-eighth session)" },
   { "auto", false, "choose tp, pp, sequence_parallel, model.recompute, batch.micro and distributed_optimizer for the job's GPUs at start (megaengine plan); parallel = \"auto\" sets it" },
 }, "recipe.parallel: the layout; dp is what is left of the world (world / (tp x pp))")
 section("comm", {

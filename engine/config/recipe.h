@@ -135,6 +135,10 @@ struct ParallelSpec {
   // output gradient's all-gather then hides behind a whole GEMM and the input-gradient GEMM runs
   // unsplit. false: the all-gathers beside the input-gradient GEMM, split per rank's rows.
   bool tp_delay_wgrad{};
+  // With tp_delay_wgrad on a GPU: the held weight-gradient GEMMs on a stream of their own
+  // (DelayedWeightGrad::set_own_stream), so that backward's chain after each reduce-scatter runs
+  // beside them. ME_TP_WGRAD_STREAM=m (multiprocessors left free) overrides it.
+  bool tp_wgrad_stream{};
   // `parallel = "auto"`: tp, pp, sequence parallelism, recompute, the micro batch and the
   // distributed optimizer chosen by the layout planner for the job's GPUs at start
   // (engine/plan/layout_search.h; bindings/lua/megaengine.lua writes the choice into the
@@ -299,6 +303,7 @@ void visit_fields(S& p, V&& v) {
   v("tp_comm_backend", p.tp_comm_backend);
   v("tp_gather", p.tp_gather);
   v("tp_delay_wgrad", p.tp_delay_wgrad);
+  v("tp_wgrad_stream", p.tp_wgrad_stream);
   v("auto", p.auto_layout);
 }
 

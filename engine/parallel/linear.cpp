@@ -22,6 +22,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -73,17 +74,20 @@ namespace {
 std::mutex delayed_mutex;
 std::function<void()> delayed;  // DelayedWeightGrad's held GEMM
 
-// ME_TP_WGRAD_STREAM=m, an experiment not yet measured (off when unset): the held weight-gradient
-// GEMMs run on a stream of their own, leaving m multiprocessors free, so that what backward's
-// compute stream does meanwhile runs beside them instead of after them. At tp 4 that is each
-// reduce-scatter's chain (its barrier, the sum, the norm backward, the local copies: about 155 us
-// a collective at the GPT-39B width, bench/RESULTS.md, twenty-seventh session).
+// parallel.tp_wgrad_stream (off by default) or ME_TP_WGRAD_STREAM=m (an experiment): the held
+// weight-gradient GEMMs run on a stream of their own, leaving none or m multiprocessors free, so
+// that what backward's compute stream does meanwhile runs beside them instead of after them. At tp 4 that is each reduce-scatter's chain
+// (its barrier, the sum, the norm backward, the local copies: about 155 us a collective at the
+// GPT-39B width, bench/RESULTS.md, twenty-seventh session). m = 0 was 1-4.5% faster a layer there
+// in three calls, not at the LLaMA-2-70B width in one (twenty-eighth session): not yet a default.
+std::atomic<bool> wgrad_stream_on{false};  // parallel.tp_wgrad_stream
+// Multiprocessors the held GEMMs leave free on their own stream; -1: they run on the compute stream.
 int wgrad_stream_margin() {
-  static const int margin = [] {
+  static const int from_env = [] {
     const char* v = std::getenv("ME_TP_WGRAD_STREAM");
     return v ? std::max(0, std::atoi(v)) : -1;
   }();
-  return margin;
+  return from_env >= 0 ? from_env : wgrad_stream_on.load() ? 0 : -1;
 }
 
 #if ME_TORCH_HAS_CUDA
@@ -101,11 +105,13 @@ c10::cuda::CUDAStream wgrad_stream(c10::DeviceIndex device) {
 #endif
 }  // namespace
 
-// The held GEMMs on their own stream (ME_TP_WGRAD_STREAM): after what the compute stream has
+// The held GEMMs on their own stream (parallel.tp_wgrad_stream, ME_TP_WGRAD_STREAM): after what the compute stream has
 // queued, with `uses` (their operands, freed on the compute stream later) recorded on it so that
 // the allocator does not hand their memory out before the GEMMs are done. What they write (the
 // main grads, whose bucket reductions start from the current stream: this one) is read only after
 // backward, when DelayedWeightGrad::join has made the compute stream wait.
+void DelayedWeightGrad::set_own_stream(bool on) { wgrad_stream_on = on; }
+
 std::function<void()> DelayedWeightGrad::on_own_stream(std::function<void()> gemms, std::vector<torch::Tensor> uses) {
 #if ME_TORCH_HAS_CUDA
   if (wgrad_stream_margin() >= 0 && !uses.empty() && uses.front().is_cuda())

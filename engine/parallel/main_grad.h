@@ -45,8 +45,12 @@ class DelayedWeightGrad {
   static void hold(std::function<void()> gemms);  // runs the GEMM held before, if any, first
   static void run();                              // the held GEMM, if any
   static void drop();                             // what a step that failed part-way left
-  // `gemms` as they run under ME_TP_WGRAD_STREAM (an experiment): on a stream of their own,
-  // `uses` kept from reuse until they are done; else `gemms` itself.
+  // Whether the held GEMMs run on a stream of their own (parallel.tp_wgrad_stream; process-wide,
+  // set when a run's layers are built). ME_TP_WGRAD_STREAM=m, set, overrides it: on their own
+  // stream leaving m multiprocessors free.
+  static void set_own_stream(bool on);
+  // `gemms` as they run on that stream, `uses` kept from reuse until they are done; or, with the
+  // stream off or on a CPU, `gemms` itself.
   static std::function<void()> on_own_stream(std::function<void()> gemms, std::vector<torch::Tensor> uses);
   static void join();  // the compute stream waits for what ran on that stream
   // The current stream waits for what ran on that stream so far, unless it is that stream: before

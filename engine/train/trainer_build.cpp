@@ -208,6 +208,7 @@ void Trainer::build_model() {
   tp.comm_sm_margin = static_cast<int>(par.tp_comm_sm_margin);
   tp.gather_ring = par.tp_gather == "ring";
   tp.delay_wgrad = par.tp_delay_wgrad;
+  parallel::DelayedWeightGrad::set_own_stream(par.tp_wgrad_stream);
   if (groups_ && par.tp_symmetric_mb > 0) {
     auto* group = groups_->tp.get();
     const auto device = device_;

@@ -73,9 +73,10 @@ if [ "$gpus" -ge 4 ]; then
   train tp2dp2 4 parallel.tp_comm_backend=copy_engine
   ME_TP_WGRAD_STREAM=16 train tp2dp2_wgrad_stream 4 parallel.tp_comm_backend=copy_engine
   follows tp2dp2 tp2dp2_wgrad_stream "tp 2 x dp 2 with ME_TP_WGRAD_STREAM=16: "
-  # under the pipeline's own deferred weight gradients (4 micro-batches a step), no SMs held back
+  # the recipe field (no SMs held back) under the pipeline's own deferred weight gradients (4
+  # micro-batches a step)
   train tp2pp2 4 parallel.tp_comm_backend=copy_engine parallel.pp=2 batch.micro=2
-  ME_TP_WGRAD_STREAM=0 train tp2pp2_wgrad_stream 4 parallel.tp_comm_backend=copy_engine parallel.pp=2 batch.micro=2
-  follows tp2pp2 tp2pp2_wgrad_stream "tp 2 x pp 2 with ME_TP_WGRAD_STREAM=0: "
+  train tp2pp2_wgrad_stream 4 parallel.tp_comm_backend=copy_engine parallel.pp=2 batch.micro=2 parallel.tp_wgrad_stream=true
+  follows tp2pp2 tp2pp2_wgrad_stream "tp 2 x pp 2 with parallel.tp_wgrad_stream: "
 fi
 echo "tp_copy_engine_gpu: passed"
