@@ -495,6 +495,8 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
                         (passes == NormBackwardPasses::automatic && add_norm_backward_two_pass(t, rows, hidden));
   auto st = detail::as_stream(stream);
   const int64_t max_blocks = std::min(rows, backward_max_blocks());  // the scratch holds this many partial rows
+  float* const partial_w = scratch;
+  float* const partial_b = scratch + max_blocks * hidden;  // written only with grad_bias
   int partial_rows = 0;
   ME_DISPATCH_FLOAT(t, "add_norm_backward", {
     const auto* pdy = static_cast<const scalar_t*>(grad_y);
@@ -528,7 +530,7 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
                           reinterpret_cast<uintptr_t>(pin) % (2 * sizeof(scalar_t)) == 0;
         const auto params = pair ? param_grads_kernel<scalar_t, true> : param_grads_kernel<scalar_t, false>;
         params<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(partial_rows)), 32 * kParamWarps, 0,
-                 st>>>(rms, pdy, pin, mean, rstd, scratch, grad_bias ? scratch + max_blocks * hidden : nullptr, rows,
+                 st>>>(rms, pdy, pin, mean, rstd, partial_w, grad_bias ? partial_b : nullptr, rows,
                        static_cast<int>(hidden));
         detail::check_launch("add_norm_backward (columns)");
         return;
@@ -544,9 +546,8 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
         const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) throw std::runtime_error(std::string("add_norm_backward: ") + cudaGetErrorString(e));
       }
-      kernel<<<partial_rows, threads, smem, st>>>(rms, pdy, pgs, pin, mean, rstd, pw, pdx, scratch,
-                                                  grad_bias ? scratch + max_blocks * hidden : nullptr, rows,
-                                                  static_cast<int>(hidden));
+      kernel<<<partial_rows, threads, smem, st>>>(rms, pdy, pgs, pin, mean, rstd, pw, pdx, partial_w,
+                                                  grad_bias ? partial_b : nullptr, rows, static_cast<int>(hidden));
       detail::check_launch("add_norm_backward");
     });
   });
@@ -561,8 +562,8 @@ void add_norm_backward(DType t, bool rms, const void* grad_y, const void* grad_s
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  const float* partial_b = scratch + max_blocks * hidden;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, column_sum_kernel, static_cast<const float*>(scratch), partial_b,
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, column_sum_kernel, static_cast<const float*>(partial_w),
+                                           static_cast<const float*>(partial_b),
                                            partial_rows, static_cast<int>(hidden), grad_weight, grad_bias);
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("CUDA kernel add_norm_backward (column sums): ") + cudaGetErrorString(e));

@@ -164,10 +164,8 @@ struct QKVRotaryFn : public torch::autograd::Function<QKVRotaryFn> {
   }
 };
 
-// Inputs {x, delta, weight} or {x, delta, weight, bias}; outputs {sum, y}. Saves the sum and
-// the row statistics; backward gives x and delta the same gradient.
 // ME_NORM_BACKWARD_PASSES=1 or 2: the norm backward in one pass or two for every width, to
-// measure the choice add_norm_backward makes by width (unset: its choice).
+// measure the choice add_norm_backward makes by width and rows (unset: its choice).
 NormBackwardPasses norm_backward_passes() {
   static const NormBackwardPasses passes = [] {
     const char* v = std::getenv("ME_NORM_BACKWARD_PASSES");
@@ -177,6 +175,8 @@ NormBackwardPasses norm_backward_passes() {
   return passes;
 }
 
+// Inputs {x, delta, weight} or {x, delta, weight, bias}; outputs {sum, y}. Saves the sum and
+// the row statistics; backward gives x and delta the same gradient.
 struct AddNormFn : public torch::autograd::Function<AddNormFn> {
   static variable_list forward(AutogradContext* ctx, at::TensorList in, double eps, bool rms) {
     const auto x = in[0].contiguous(), delta = in[1].contiguous();

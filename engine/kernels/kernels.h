@@ -28,18 +28,6 @@ void swiglu_backward(DType t, const void* gate_up, const void* grad_out, void* g
 // storage type as a separate add_ rounds it (the same bits as count add_ calls in that order on
 // a copy of first), in one pass. out may be first (in place).
 constexpr int kMaxSumParts = 7;  // tp 8: the seven peers' pushes
-// bf16 row-major GEMMs through cuBLASLt with each shape's plan kept (host: one cublasLtMatmul),
-// for the tensor-parallel chunks' GEMMs, whose host time paces tp 4 (LibTorch's mm costs the host
-// several times more per call: the narrow, the output's allocation, the dispatch). Rows of every
-// matrix have unit stride and a leading dimension (ld) in elements; false: no kernel for the
-// shape (the caller composes).
-// gemm_linear: out[rows, out_f] = x[rows, in] w[out_f, in]^T (+ bias[out_f]).
-bool gemm_linear(const void* x, int64_t ld_x, const void* w, const void* bias, void* out, int64_t ld_out, int64_t rows,
-                 int64_t in_features, int64_t out_features, void* stream);
-// gemm_input_grad: out[rows, in] = dy[rows, out_f] w[out_f, in].
-bool gemm_input_grad(const void* dy, int64_t ld_dy, const void* w, void* out, int64_t ld_out, int64_t rows,
-                     int64_t out_features, int64_t in_features, void* stream);
-
 // With `bias` ([cols], the same dtype; n a multiple of cols): then + bias[i % cols], rounded as
 // well (the bits of a following add_ of the broadcast bias: a row-parallel layer's).
 void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream,
@@ -95,10 +83,10 @@ void add_norm_forward(DType t, bool rms, const void* x, const void* delta, const
 // scratch: add_norm_scratch_floats(rows, hidden) floats of device memory (per-block partial sums;
 // the count depends on the current device's SM count). rows == 0 launches nothing, in either
 // direction (grad_weight / grad_bias are then not written).
-// passes: one fused pass (each block's partial column sums kept beside its rows), or two (the rows,
-// then the column sums by columns: fewer bytes where rows are wide and few); automatic picks by
-// width and rows (add_norm_backward_two_pass, measured on an H100). Both are deterministic; they differ in the order of the
-// column sums' additions.
+// passes: one fused pass (each block's partial column sums kept beside its rows), or two (the
+// rows, then the column sums by columns: fewer bytes where rows are wide and few); automatic picks
+// by width and rows (add_norm_backward_two_pass, measured on an H100). Both are deterministic;
+// they differ in the order of the column sums' additions.
 int64_t add_norm_scratch_floats(int64_t rows, int64_t hidden);
 enum class NormBackwardPasses { automatic, one, two };
 bool add_norm_backward_two_pass(DType t, int64_t rows, int64_t hidden);
@@ -124,6 +112,18 @@ bool gemm_bias_gelu(const void* x, const void* w, const void* bias, void* pre, v
                     int64_t in_features, int64_t out_features, void* stream);
 bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad_pre, int64_t rows,
                 int64_t out_features, int64_t in_features, void* stream);
+
+// bf16 row-major GEMMs through cuBLASLt with each shape's plan kept (host: one cublasLtMatmul),
+// for the tensor-parallel chunks' GEMMs, whose host time paces tp 4 (LibTorch's mm costs the host
+// several times more per call: the narrow, the output's allocation, the dispatch). Rows of every
+// matrix have unit stride and a leading dimension (ld) in elements; false: no kernel for the
+// shape (the caller composes).
+// gemm_linear: out[rows, out_f] = x[rows, in] w[out_f, in]^T (+ bias[out_f]).
+bool gemm_linear(const void* x, int64_t ld_x, const void* w, const void* bias, void* out, int64_t ld_out, int64_t rows,
+                 int64_t in_features, int64_t out_features, void* stream);
+// gemm_input_grad: out[rows, in] = dy[rows, out_f] w[out_f, in].
+bool gemm_input_grad(const void* dy, int64_t ld_dy, const void* w, void* out, int64_t ld_out, int64_t rows,
+                     int64_t out_features, int64_t in_features, void* stream);
 
 // --- fp8 casts for Hopper's fp8 GEMMs (fp8_cast.cu) -------------------------------------------
 // E4M3 (max 448; weights and activations) and E5M2 (max 57344; gradients), as cuda_fp8.h's

@@ -76,10 +76,11 @@ std::function<void()> delayed;  // DelayedWeightGrad's held GEMM
 
 // parallel.tp_wgrad_stream (off by default) or ME_TP_WGRAD_STREAM=m (an experiment): the held
 // weight-gradient GEMMs run on a stream of their own, leaving none or m multiprocessors free, so
-// that what backward's compute stream does meanwhile runs beside them instead of after them. At tp 4 that is each reduce-scatter's chain
-// (its barrier, the sum, the norm backward, the local copies: about 155 us a collective at the
-// GPT-39B width, bench/RESULTS.md, twenty-seventh session). m = 0 was 1-4.5% faster a layer there
-// in three calls, not at the LLaMA-2-70B width in one (twenty-eighth session): not yet a default.
+// that what backward's compute stream does meanwhile runs beside them instead of after them. At
+// tp 4 that is each reduce-scatter's chain (its barrier, the sum, the norm backward, the local
+// copies: about 155 us a collective at the GPT-39B width, bench/RESULTS.md, twenty-seventh
+// session). m = 0 was 1-4.5% faster a layer there in three calls, not at the LLaMA-2-70B width in
+// one (twenty-eighth session): not yet a default.
 std::atomic<bool> wgrad_stream_on{false};  // parallel.tp_wgrad_stream
 // Multiprocessors the held GEMMs leave free on their own stream; -1: they run on the compute stream.
 int wgrad_stream_margin() {
@@ -102,20 +103,33 @@ c10::cuda::CUDAStream wgrad_stream(c10::DeviceIndex device) {
     it = wgrad_streams.emplace(device, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)).first;
   return it->second;
 }
+
+// The current stream of each of `devices` waits for what their weight-gradient streams have run so
+// far (nothing to wait for on that stream itself).
+void current_waits_for_wgrad_streams(const std::set<c10::DeviceIndex>& devices) {
+  for (const auto device : devices) {
+    const auto side = wgrad_stream(device);
+    const auto current = c10::cuda::getCurrentCUDAStream(device);
+    if (current == side) continue;
+    at::cuda::CUDAEvent done;
+    done.record(side);
+    done.block(current);
+  }
+}
 #endif
 }  // namespace
 
-// The held GEMMs on their own stream (parallel.tp_wgrad_stream, ME_TP_WGRAD_STREAM): after what the compute stream has
-// queued, with `uses` (their operands, freed on the compute stream later) recorded on it so that
-// the allocator does not hand their memory out before the GEMMs are done. What they write (the
-// main grads, whose bucket reductions start from the current stream: this one) is read only after
-// backward, when DelayedWeightGrad::join has made the compute stream wait.
 void DelayedWeightGrad::set_own_stream(bool on) { wgrad_stream_on = on; }
 
+// The held GEMMs on their own stream (parallel.tp_wgrad_stream, ME_TP_WGRAD_STREAM): after what
+// the compute stream has queued, with `uses` (their operands, freed on the compute stream later)
+// recorded on it so that the allocator does not hand their memory out before the GEMMs are done.
+// What they write (the main grads) is read elsewhere only after a fence, or after backward, when
+// DelayedWeightGrad::join has made the compute stream wait.
 std::function<void()> DelayedWeightGrad::on_own_stream(std::function<void()> gemms, std::vector<torch::Tensor> uses) {
 #if ME_TORCH_HAS_CUDA
-  if (wgrad_stream_margin() >= 0 && !uses.empty() && uses.front().is_cuda())
-    return [gemms = std::move(gemms), uses = std::move(uses)] {
+  if (const int margin = wgrad_stream_margin(); margin >= 0 && !uses.empty() && uses.front().is_cuda())
+    return [gemms = std::move(gemms), uses = std::move(uses), margin] {
       const auto device = uses.front().device().index();
       const auto side = wgrad_stream(device);
       at::cuda::CUDAEvent ready;
@@ -125,7 +139,7 @@ std::function<void()> DelayedWeightGrad::on_own_stream(std::function<void()> gem
         if (t.defined()) t.record_stream(side);
       {
         c10::cuda::CUDAStreamGuard guard(side);
-        SmMarginForCollective margin(uses.front(), wgrad_stream_margin());
+        SmMarginForCollective sm_margin(uses.front(), margin);
         gemms();
       }
       std::lock_guard<std::mutex> lock(wgrad_mutex);
@@ -143,11 +157,7 @@ void DelayedWeightGrad::join() {
     std::lock_guard<std::mutex> lock(wgrad_mutex);
     devices.swap(wgrad_pending);
   }
-  for (const auto device : devices) {
-    at::cuda::CUDAEvent done;
-    done.record(wgrad_stream(device));
-    done.block(c10::cuda::getCurrentCUDAStream(device));
-  }
+  current_waits_for_wgrad_streams(devices);
 #endif
 }
 
@@ -158,14 +168,7 @@ void DelayedWeightGrad::fence() {
     std::lock_guard<std::mutex> lock(wgrad_mutex);
     devices = wgrad_pending;
   }
-  for (const auto device : devices) {
-    const auto side = wgrad_stream(device);
-    const auto current = c10::cuda::getCurrentCUDAStream(device);
-    if (current == side) continue;
-    at::cuda::CUDAEvent done;
-    done.record(side);
-    done.block(current);
-  }
+  current_waits_for_wgrad_streams(devices);
 #endif
 }
 
