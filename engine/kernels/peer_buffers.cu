@@ -22,8 +22,9 @@ void check(cudaError_t e, const char* what) {
 // j that this rank arrived (its word in j's pad), then wait for j's word in this rank's pad. The
 // fences order this rank's earlier writes before its signal and the peers' writes before what
 // follows the barrier on this stream. With `waited` (timed barriers), thread 0 adds the barrier's
-// own time on the GPU, from its start to the last peer's arrival, to *waited: what its stream lost
-// waiting for the other ranks, measured without a profiler.
+// own time on the GPU, from its start to the last peer's arrival, to waited[0]: what its stream lost
+// waiting for the other ranks, measured without a profiler; counts the timed barriers in
+// waited[1] and keeps each one's time in the ring after them (PeerBuffers::kWaitLog entries).
 __global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int size, unsigned long long* waited) {
   __shared__ uint64_t epoch;
   __shared__ unsigned long long start;
@@ -48,6 +49,8 @@ __global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int s
     unsigned long long end;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(end));
     atomicAdd(waited, end - start);
+    const unsigned long long n = atomicAdd(waited + 1, 1ull);  // timed barriers run on one stream, in order
+    waited[2 + n % PeerBuffers::kWaitLog] = end - start;
   }
 }
 
@@ -62,12 +65,12 @@ PeerBuffers::PeerBuffers(int rank, int size, size_t slot_bytes) : rank_(rank), s
   check(cudaMalloc(&p, kPadBytes + 2 * slot_bytes_), "cudaMalloc of the region");
   mine_ = static_cast<char*>(p);
   check(cudaMemset(mine_, 0, kPadBytes), "clearing the signal pad");
-  if (const auto e = cudaMalloc(&p, 2 * sizeof(uint64_t)); e != cudaSuccess) {
+  if (const auto e = cudaMalloc(&p, kCounterWords * sizeof(uint64_t)); e != cudaSuccess) {
     cudaFree(mine_);
     check(e, "cudaMalloc of the barrier count");
   }
-  device_epoch_ = static_cast<uint64_t*>(p);  // the count, then the timed barriers' nanoseconds
-  check(cudaMemset(device_epoch_, 0, 2 * sizeof(uint64_t)), "clearing the barrier count");
+  device_epoch_ = static_cast<uint64_t*>(p);  // the count, then the timed barriers' (TimedWaits)
+  check(cudaMemset(device_epoch_, 0, kCounterWords * sizeof(uint64_t)), "clearing the barrier count");
   check(cudaDeviceSynchronize(), "clearing the signal pad");  // zero before any peer can signal
   regions_.assign(static_cast<size_t>(size), nullptr);
   regions_[static_cast<size_t>(rank)] = mine_;
@@ -129,6 +132,17 @@ uint64_t PeerBuffers::timed_wait_ns() const {
   uint64_t ns = 0;
   check(cudaMemcpy(&ns, device_epoch_ + 1, sizeof ns, cudaMemcpyDeviceToHost), "reading the barriers' time");
   return ns;
+}
+
+PeerBuffers::TimedWaits PeerBuffers::timed_waits() const {
+  std::vector<uint64_t> words(kCounterWords);
+  check(cudaMemcpy(words.data(), device_epoch_, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost),
+        "reading the barriers' times");
+  TimedWaits w;
+  w.total_ns = words[1];
+  w.count = words[2];
+  w.ring.assign(words.begin() + 3, words.end());
+  return w;
 }
 
 void PeerBuffers::copy(void* dst, const void* src, size_t bytes, void* stream) {

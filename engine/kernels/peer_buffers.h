@@ -56,6 +56,14 @@ class PeerBuffers {
   // time this rank's GPU waited for the other ranks, measured without a profiler (the rank that
   // waits least paces the others). Reads device memory (synchronous): at a log interval, not per step.
   uint64_t timed_wait_ns() const;
+  // The same with each timed barrier's own time: `count` timed barriers so far, the i-th's
+  // nanoseconds at ring[i % kWaitLog] (the last kWaitLog of them). Synchronous, as timed_wait_ns.
+  static constexpr int kWaitLog = 1024;
+  struct TimedWaits {
+    uint64_t total_ns = 0, count = 0;
+    std::vector<uint64_t> ring;
+  };
+  TimedWaits timed_waits() const;
 
   // An asynchronous copy on `stream` (a copy engine when src and dst are on different GPUs).
   static void copy(void* dst, const void* src, size_t bytes, void* stream);
@@ -66,7 +74,10 @@ class PeerBuffers {
   char* mine_ = nullptr;                 // this rank's region: pad, then the two slots
   std::vector<char*> regions_;           // every rank's region as mapped here (mine_ at rank_)
   uint64_t** device_pads_ = nullptr;     // the regions' signal pads, for the barrier kernel
-  uint64_t* device_epoch_ = nullptr;     // barriers so far, counted by the barrier kernel; then timed_wait_ns
+  // Barriers so far, counted by the barrier kernel; then the timed ones' total nanoseconds, their
+  // count and the ring of their times (TimedWaits).
+  static constexpr int kCounterWords = 3 + kWaitLog;
+  uint64_t* device_epoch_ = nullptr;
   uint64_t collectives_ = 0;
 };
 

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "engine/core/determinism.h"
 #include "engine/core/format.h"
@@ -177,12 +179,35 @@ void Trainer::open_tp_peers() {
 
 // This rank's GPU time per step at the copy engines' timed barriers since the last log (tp_peers_
 // counts it on the GPU), or -1 without them.
+// With ME_TP_BARRIER_LOG=1 each rank also logs every timed barrier's wait by its place in the
+// step (the mean over the steps since the last log, in us): which collective of which layer, forward
+// or backward, waits, and on which rank.
 double Trainer::tp_barrier_ms_per_step(int64_t steps) {
 #if ME_HAVE_CUDA_KERNELS
   if (!tp_peers_ || steps <= 0) return -1;
-  const uint64_t now = tp_peers_->timed_wait_ns();
+  const auto waits = tp_peers_->timed_waits();
+  const uint64_t now = waits.total_ns;
   const double ms = static_cast<double>(now - tp_barrier_ns_) / 1e6 / static_cast<double>(steps);
   tp_barrier_ns_ = now;
+  static const bool by_place = [] {
+    const char* v = std::getenv("ME_TP_BARRIER_LOG");
+    return v && std::string(v) == "1";
+  }();
+  const uint64_t n = waits.count - tp_barrier_count_;
+  tp_barrier_count_ = waits.count;
+  if (by_place && n > 0 && n % static_cast<uint64_t>(steps) == 0 && n <= kernels::PeerBuffers::kWaitLog) {
+    const uint64_t per_step = n / static_cast<uint64_t>(steps);
+    std::string line = cat("TP barrier waits by place in the step (us, mean of ", steps, " steps): ");
+    for (uint64_t place = 0; place < per_step; ++place) {
+      double sum = 0;
+      for (int64_t k = 0; k < steps; ++k) {
+        const uint64_t i = waits.count - n + static_cast<uint64_t>(k) * per_step + place;
+        sum += static_cast<double>(waits.ring[i % kernels::PeerBuffers::kWaitLog]);
+      }
+      line += cat(place ? " " : "", static_cast<int64_t>(std::lround(sum / static_cast<double>(steps) / 1000.0)));
+    }
+    log::info(line);
+  }
   return ms;
 #else
   (void)steps;
