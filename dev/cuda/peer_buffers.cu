@@ -7,6 +7,10 @@
 //      new ones (the count is on the GPU), and each replay gathers that replay's values (a round
 //      number kept on the GPU), mixed with eager barriers before and after;
 //   1c. timed barriers: a rank that arrives late adds its lateness to the others' timed_wait_ns;
+//   1d. arrival signals (ME_TP_RS_SIGNALS): each rank pushes into every peer's slot on a copy stream
+//      and signals it (cuStreamWriteValue64 after the copy), the last rank 2 ms late; every rank's
+//      compute stream waits for the arrivals only, then copies what landed: a signal ahead of its
+//      data shows as a stale value (the rounds alternate values and slots);
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
@@ -229,6 +233,40 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
     host_barrier(shared, n, round++);
     if (rank == 0)
       std::printf("checks: timed barriers count each rank's wait for the last one: %s\n",
+                  shared->failures.load() ? "FAILED" : "ok");
+  }
+
+  // 1d. arrival signals: 4 rounds of push + signal, wait, read, the last rank late in each
+  {
+    bool signals_ok = true;
+    float* mine = gathered + (n - 1) * count;  // this rank's pushed value, away from what is read back
+    for (int step = 0; step < 4; ++step) {
+      const int s = peers.next_slot();
+      host_barrier(shared, n, round++);
+      const float value = static_cast<float>(10000 + 100 * step + rank);
+      fill<<<256, 256, 0, copies>>>(mine, count, value);
+      if (rank == n - 1) spin<<<1, 1, 0, copies>>>(2000000);
+      for (int k = 1; k < n; ++k) {
+        const int to = (rank + k) % n;
+        PeerBuffers::copy(static_cast<char*>(peers.slot(to, s)) + rank * chunk_bytes, mine, chunk_bytes, copies);
+        peers.signal_arrival(to, copies);
+      }
+      peers.wait_arrivals(compute, /*timed=*/true);
+      for (int k = 1; k < n; ++k) {  // read on the compute stream, as the sum does
+        const int from = (rank + k) % n;
+        PeerBuffers::copy(gathered + (k - 1) * count, static_cast<char*>(peers.slot(rank, s)) + from * chunk_bytes,
+                          chunk_bytes, compute);
+      }
+      CUDA_CHECK(cudaStreamSynchronize(compute));
+      for (int k = 1; k < n; ++k)
+        signals_ok = signals_ok && all_equal(gathered + (k - 1) * count, count,
+                                             static_cast<float>(10000 + 100 * step + (rank + k) % n));
+      CUDA_CHECK(cudaStreamSynchronize(copies));
+    }
+    if (!signals_ok) shared->failures.fetch_add(1);
+    host_barrier(shared, n, round++);
+    if (rank == 0)
+      std::printf("checks: arrival signals after pushes (the last rank 2 ms late), 4 rounds: %s\n",
                   shared->failures.load() ? "FAILED" : "ok");
   }
 

@@ -1,7 +1,9 @@
 #include "engine/kernels/peer_buffers.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -10,9 +12,10 @@ namespace me::kernels {
 
 namespace {
 
-// The signal pad takes the region's first 256 bytes (up to 32 ranks), so the slots stay aligned.
-constexpr size_t kPadBytes = 256;
-constexpr int kMaxRanks = static_cast<int>(kPadBytes / sizeof(uint64_t));
+// The signal pad takes the region's first 512 bytes, so the slots stay aligned: a word per rank
+// for its barriers, then a word per rank for its arrivals (up to 32 ranks).
+constexpr int kMaxRanks = 32;
+constexpr size_t kPadBytes = 2 * kMaxRanks * sizeof(uint64_t);
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("PeerBuffers: ") + what + ": " + cudaGetErrorString(e));
@@ -25,12 +28,26 @@ void check(cudaError_t e, const char* what) {
 // own time on the GPU, from its start to the last peer's arrival, to waited[0]: what its stream lost
 // waiting for the other ranks, measured without a profiler; counts the timed barriers in
 // waited[1] and keeps each one's time in the ring after them (PeerBuffers::kWaitLog entries).
+__device__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0, at a timed wait's end: its time into the total, the count and the ring.
+__device__ void add_timed_wait(unsigned long long* waited, unsigned long long start) {
+  const unsigned long long ns = global_ns() - start;
+  atomicAdd(waited, ns);
+  const unsigned long long n = atomicAdd(waited + 1, 1ull);  // timed waits run on one stream, in order
+  waited[2 + n % PeerBuffers::kWaitLog] = ns;
+}
+
 __global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int size, unsigned long long* waited) {
   __shared__ uint64_t epoch;
   __shared__ unsigned long long start;
   if (threadIdx.x == 0) {
     epoch = ++*count;  // only this rank's barriers touch its count, in stream order
-    if (waited) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    if (waited) start = global_ns();
   }
   __syncthreads();
   const int j = static_cast<int>(threadIdx.x);
@@ -45,13 +62,55 @@ __global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int s
   }
   if (!waited) return;
   __syncthreads();
+  if (threadIdx.x == 0) add_timed_wait(waited, start);
+}
+
+// The same signal from one thread, where the driver will not write the value on the stream: the
+// copy before it on the stream is done (stream order), the fence orders it before the signal.
+__global__ void signal_arrival_kernel(uint64_t* word, uint64_t n) {
+  __threadfence_system();
+  *reinterpret_cast<volatile uint64_t*>(word) = n;
+}
+
+// One thread per other rank: wait until rank j's arrival word in this rank's pad reaches this
+// wait's count (every wait expects one more arrival from each), then a fence so that what
+// follows on this stream sees j's copies.
+__global__ void wait_arrivals_kernel(uint64_t** pads, uint64_t* count, int rank, int size, unsigned long long* waited) {
+  __shared__ uint64_t expected;
+  __shared__ unsigned long long start;
   if (threadIdx.x == 0) {
-    unsigned long long end;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(end));
-    atomicAdd(waited, end - start);
-    const unsigned long long n = atomicAdd(waited + 1, 1ull);  // timed barriers run on one stream, in order
-    waited[2 + n % PeerBuffers::kWaitLog] = end - start;
+    expected = ++*count;
+    if (waited) start = global_ns();
   }
+  __syncthreads();
+  const int j = static_cast<int>(threadIdx.x);
+  if (j < size && j != rank) {
+    volatile uint64_t* mine = pads[rank] + kMaxRanks;
+    while (mine[j] < expected) {
+    }
+    __threadfence_system();
+  }
+  if (!waited) return;
+  __syncthreads();
+  if (threadIdx.x == 0) add_timed_wait(waited, start);
+}
+
+// cuStreamWriteValue64 from the driver, through the runtime (no link to libcuda): a write that
+// the stream's front end makes after what the stream queued before (its default flags fence the
+// stream's earlier writes, as __threadfence_system does a thread's), on no multiprocessor, so
+// that a signal after a copy does not wait for a GEMM's blocks to leave an SM.
+using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+WriteValue64 stream_write_value64() {
+  static const WriteValue64 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &p, 12000, cudaEnableDefault, &found),
+          "cudaGetDriverEntryPointByVersion(cuStreamWriteValue64)");
+    if (found != cudaDriverEntryPointSuccess || !p)
+      throw std::runtime_error("PeerBuffers: the driver has no cuStreamWriteValue64");
+    return reinterpret_cast<WriteValue64>(p);
+  }();
+  return fn;
 }
 
 }  // namespace
@@ -73,6 +132,7 @@ PeerBuffers::PeerBuffers(int rank, int size, size_t slot_bytes) : rank_(rank), s
   check(cudaMemset(device_epoch_, 0, kCounterWords * sizeof(uint64_t)), "clearing the barrier count");
   check(cudaDeviceSynchronize(), "clearing the signal pad");  // zero before any peer can signal
   regions_.assign(static_cast<size_t>(size), nullptr);
+  sent_.assign(static_cast<size_t>(size), 0);
   regions_[static_cast<size_t>(rank)] = mine_;
 }
 
@@ -122,15 +182,45 @@ void* PeerBuffers::slot(int r, int slot) const {
 void PeerBuffers::barrier(void* stream, bool timed) {
   if (size_ == 1) return;
   if (!device_pads_) throw std::runtime_error("PeerBuffers::barrier before open()");
-  auto* waited = timed ? reinterpret_cast<unsigned long long*>(device_epoch_ + 1) : nullptr;
-  barrier_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, device_epoch_, rank_, size_,
-                                                                           waited);
+  auto* waited = timed ? reinterpret_cast<unsigned long long*>(device_epoch_ + kTimed) : nullptr;
+  barrier_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, device_epoch_ + kBarriers,
+                                                                           rank_, size_, waited);
   check(cudaGetLastError(), "barrier kernel launch");
+}
+
+void PeerBuffers::signal_arrival(int to, void* stream) {
+  if (!device_pads_) throw std::runtime_error("PeerBuffers::signal_arrival before open()");
+  if (to < 0 || to >= size_ || to == rank_)
+    throw std::runtime_error("PeerBuffers::signal_arrival: rank " + std::to_string(to) + " is not a peer");
+  // This rank's arrival word in to's pad: the count of arrivals sent to `to` so far (only one
+  // stream signals a given rank, in order, so the host's count is the one the GPU writes).
+  auto* word = reinterpret_cast<uint64_t*>(regions_[static_cast<size_t>(to)]) + kMaxRanks + rank_;
+  const uint64_t n = ++sent_[static_cast<size_t>(to)];
+  if (!signal_by_kernel_) {
+    const CUresult r = stream_write_value64()(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
+                                              CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r == CUDA_SUCCESS) return;
+    // Said once, then a kernel signals: it needs an SM, which a GEMM beside it may hold a while.
+    std::fprintf(stderr, "PeerBuffers: cuStreamWriteValue64 into a peer's signal pad failed (CUresult %d); "
+                 "arrivals are signalled by a kernel instead\n", static_cast<int>(r));
+    signal_by_kernel_ = true;
+  }
+  signal_arrival_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, n);
+  check(cudaGetLastError(), "arrival signal kernel launch");
+}
+
+void PeerBuffers::wait_arrivals(void* stream, bool timed) {
+  if (size_ == 1) return;
+  if (!device_pads_) throw std::runtime_error("PeerBuffers::wait_arrivals before open()");
+  auto* waited = timed ? reinterpret_cast<unsigned long long*>(device_epoch_ + kTimed) : nullptr;
+  wait_arrivals_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, device_epoch_ + kArrivalWaits,
+                                                                                 rank_, size_, waited);
+  check(cudaGetLastError(), "arrival wait kernel launch");
 }
 
 uint64_t PeerBuffers::timed_wait_ns() const {
   uint64_t ns = 0;
-  check(cudaMemcpy(&ns, device_epoch_ + 1, sizeof ns, cudaMemcpyDeviceToHost), "reading the barriers' time");
+  check(cudaMemcpy(&ns, device_epoch_ + kTimed, sizeof ns, cudaMemcpyDeviceToHost), "reading the barriers' time");
   return ns;
 }
 
@@ -139,9 +229,9 @@ PeerBuffers::TimedWaits PeerBuffers::timed_waits() const {
   check(cudaMemcpy(words.data(), device_epoch_, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost),
         "reading the barriers' times");
   TimedWaits w;
-  w.total_ns = words[1];
-  w.count = words[2];
-  w.ring.assign(words.begin() + 3, words.end());
+  w.total_ns = words[kTimed];
+  w.count = words[kTimed + 1];
+  w.ring.assign(words.begin() + kTimed + 2, words.end());
   return w;
 }
 

@@ -5,10 +5,11 @@
 // on a copy engine, taking no multiprocessor from the GEMM beside it, which NCCL's kernels do
 // (bench/RESULTS.md, twelfth session: a reduce-scatter beside a GEMM took twice its standalone time).
 //
-// A region is a signal pad (one 64-bit word per rank) and two data slots. Collectives alternate
-// between the slots and each has one barrier, so that a rank writing a slot knows, by the
-// barrier of the collective before, that every rank has finished reading what the slot held two
-// collectives ago (the argument is spelt out in collective_matmul.cpp).
+// A region is a signal pad (two 64-bit words per rank: its barriers and its arrivals) and two
+// data slots. Collectives alternate between the slots and each has one barrier or one wait for
+// every peer's arrival, so that a rank writing a slot knows, by the collective before, that
+// every rank has finished reading what the slot held two collectives ago (the argument is spelt
+// out in collective_matmul.cpp).
 //
 // Torch-free, like the rest of engine/kernels: raw pointers, the stream as void*. Errors are
 // thrown as std::runtime_error naming the CUDA call.
@@ -56,6 +57,14 @@ class PeerBuffers {
   // time this rank's GPU waited for the other ranks, measured without a profiler (the rank that
   // waits least paces the others). Reads device memory (synchronous): at a log interval, not per step.
   uint64_t timed_wait_ns() const;
+
+  // Point to point instead of all to all: after this rank's copy into rank `to`'s region, queued
+  // on the copy's stream, signal_arrival tells `to` that the copy is in; wait_arrivals queues on
+  // `stream` a wait for one more arrival from every other rank than the last wait saw: every
+  // peer's copies signalled before are then in and visible. Each rank signals every other once
+  // per wait, in the same order of collectives. timed: as barrier's (timed_wait_ns, timed_waits).
+  void signal_arrival(int to, void* stream);
+  void wait_arrivals(void* stream, bool timed = false);
   // The same with each timed barrier's own time: `count` timed barriers so far, the i-th's
   // nanoseconds at ring[i % kWaitLog] (the last kWaitLog of them). Synchronous, as timed_wait_ns.
   static constexpr int kWaitLog = 1024;
@@ -74,11 +83,15 @@ class PeerBuffers {
   char* mine_ = nullptr;                 // this rank's region: pad, then the two slots
   std::vector<char*> regions_;           // every rank's region as mapped here (mine_ at rank_)
   uint64_t** device_pads_ = nullptr;     // the regions' signal pads, for the barrier kernel
-  // Barriers so far, counted by the barrier kernel; then the timed ones' total nanoseconds, their
-  // count and the ring of their times (TimedWaits).
-  static constexpr int kCounterWords = 3 + kWaitLog;
+  // Barriers so far, counted by the barrier kernel; arrival waits so far, counted by their
+  // kernel; then the timed ones' total nanoseconds, their count and the ring of their times
+  // (TimedWaits).
+  static constexpr int kBarriers = 0, kArrivalWaits = 1, kTimed = 2;
+  static constexpr int kCounterWords = kTimed + 2 + kWaitLog;
   uint64_t* device_epoch_ = nullptr;
   uint64_t collectives_ = 0;
+  std::vector<uint64_t> sent_;  // arrivals signalled to each rank so far (signal_arrival)
+  bool signal_by_kernel_ = false;  // the driver refused cuStreamWriteValue64 into a peer's pad
 };
 
 }  // namespace me::kernels

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 #if ME_TORCH_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -62,6 +63,12 @@ torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); 
 // stream has waited for its reads of the collective before that, the last to use slot s (the
 // pulled copies, or the sums of what was pushed to it): the signal stream waits for the compute
 // stream at the start of each all-gather.
+// With the reduce-scatters' arrival signals instead of their barriers (ME_TP_RS_SIGNALS=1), a
+// reduce-scatter's wait on the compute stream is for one signal from every peer, each sent after
+// that peer's push into this rank, which its push stream queued after everything its compute
+// stream had queued before the reduce-scatter: its reads of every earlier collective included.
+// So the wait, like a barrier, tells this rank that every rank is done with the collective
+// before; the argument above holds with it in place of the reduce-scatter's barrier.
 
 // Copy streams: the reduce-scatters push to the k-th peer on the k-th, as each chunk is computed;
 // the all-gathers pull on the first, one peer after another.
@@ -196,27 +203,17 @@ int reduce_scatter_split() {
   return split;
 }
 
-// After the pushes: the compute stream waits for them, the barrier (every rank's pushes into this
-// rank's slot are in), then this rank's own chunk plus what each peer pushed, then `bias` if
-// given, in one pass (kernels::sum_parts, the bits of an add_ per part in this order): into `own`
-// itself, or with `fresh` into a new tensor (own is then a view into a larger buffer, which the
-// sum must not keep).
-torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
-                                         bool fresh, const torch::Tensor& bias = {}) {
-  const auto compute = c10::cuda::getCurrentCUDAStream(device);
-  for (int k = 1; k < peers.size(); ++k) {
-    auto& pushed = reused_event(device, kPushed + k);
-    pushed.record(peer_stream(device, k));
-    pushed.block(compute);
-  }
-  peers.barrier(compute.stream(), /*timed=*/true);  // the compute stream's wait for the other ranks
+// This rank's own chunk plus what each peer pushed into slot s, then `bias` if given, in one pass
+// (kernels::sum_parts, the bits of an add_ per part in this order), into `out`: own itself, or a
+// new tensor.
+void sum_received(const torch::Tensor& own, torch::Tensor& out, int s, kernels::PeerBuffers& peers,
+                  const c10::cuda::CUDAStream& compute, const torch::Tensor& bias) {
   const size_t bytes = nbytes(own);
   std::vector<const void*> parts;
   for (int k = 1; k < peers.size(); ++k) {
     const int from = (peers.rank() - k + peers.size()) % peers.size();
     parts.push_back(static_cast<char*>(peers.slot(peers.rank(), s)) + static_cast<size_t>(from) * bytes);
   }
-  auto out = fresh ? torch::empty(own.sizes(), own.options()) : own;
   const auto type = own.scalar_type();
   const bool fused_bias = !bias.defined() || (bias.scalar_type() == type && bias.is_contiguous() &&
                                                bias.dim() == 1 && bias.numel() == own.size(-1));
@@ -225,11 +222,58 @@ torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::Peer
     kernels::sum_parts(type == torch::kFloat ? kernels::DType::f32 : kernels::DType::bf16, out.data_ptr(),
                        own.data_ptr(), parts.data(), static_cast<int>(parts.size()), own.numel(), compute.stream(),
                        bias.defined() ? bias.data_ptr() : nullptr, bias.defined() ? bias.numel() : 0);
-    return out;
+    return;
   }
-  if (fresh) out.copy_(own);
+  if (!out.is_same(own)) out.copy_(own);
   for (const void* part : parts) out.add_(torch::from_blob(const_cast<void*>(part), own.sizes(), own.options()));
   if (bias.defined()) out.add_(bias);
+}
+
+// Whether the reduce-scatters wait for an arrival signal from each peer (sent after its pushes
+// into this rank) instead of a barrier of all ranks (ME_TP_RS_SIGNALS=1). A measurement to make,
+// not yet a setting: at the LLaMA-2-70B width every rank waits 35-70 us at the barriers after the
+// MLP's GEMMs (twenty-ninth session), the slowest of four GPUs; the sum needs only the pushes
+// into this rank, and two of the three peers push a chunk or two before their GEMMs end.
+bool reduce_scatter_signals() {
+  static const bool on = [] {
+    const char* v = std::getenv("ME_TP_RS_SIGNALS");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
+// After the pushes into rank `to` (the k-th push stream's), with reduce_scatter_signals().
+void signal_pushed(kernels::PeerBuffers& peers, int to, c10::DeviceIndex device, int k) {
+  if (reduce_scatter_signals()) peers.signal_arrival(to, peer_stream(device, k).stream());
+}
+
+// The compute stream waits for this rank's own pushes (their sources may be freed after).
+void wait_for_pushes(kernels::PeerBuffers& peers, c10::DeviceIndex device, const c10::cuda::CUDAStream& compute) {
+  for (int k = 1; k < peers.size(); ++k) {
+    auto& pushed = reused_event(device, kPushed + k);
+    pushed.record(peer_stream(device, k));
+    pushed.block(compute);
+  }
+}
+
+// After the pushes: the compute stream waits for them and the barrier (every rank's pushes into
+// this rank's slot are in), or with reduce_scatter_signals() for each peer's signal only; then
+// sum_received, into `own` itself, or with `fresh` into a new tensor (own is then a view into a
+// larger buffer, which the sum must not keep).
+torch::Tensor finish_peer_reduce_scatter(torch::Tensor own, int s, kernels::PeerBuffers& peers, c10::DeviceIndex device,
+                                         bool fresh, const torch::Tensor& bias = {}) {
+  const auto compute = c10::cuda::getCurrentCUDAStream(device);
+  auto out = fresh ? torch::empty(own.sizes(), own.options()) : own;
+  if (reduce_scatter_signals()) {
+    // The sum waits only for what was pushed into this rank; this rank's own pushes, after it.
+    peers.wait_arrivals(compute.stream(), /*timed=*/true);
+    sum_received(own, out, s, peers, compute, bias);
+    wait_for_pushes(peers, device, compute);
+    return out;
+  }
+  wait_for_pushes(peers, device, compute);
+  peers.barrier(compute.stream(), /*timed=*/true);  // the compute stream's wait for the other ranks
+  sum_received(own, out, s, peers, compute, bias);
   return out;
 }
 #endif
@@ -416,6 +460,7 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
                  " (sized from batch.micro x model.seq x model.hidden)");
         push_partial(mine, to, s, static_cast<size_t>(rank) * chunk + static_cast<size_t>(j) * piece, *tp.peers,
                      mine.device().index(), step);
+        if (j + 1 == split) signal_pushed(*tp.peers, to, mine.device().index(), step);
         pushed.push_back(std::move(mine));
       }
     }
@@ -456,6 +501,7 @@ std::function<torch::Tensor()> start_peer_reduce_scatter(const torch::Tensor& fu
     const int to = (peers.rank() + k) % peers.size();
     const auto chunk = rows.narrow(0, to * m, m);
     push_partial(chunk, to, s, static_cast<size_t>(peers.rank()) * nbytes(chunk), peers, device, k);
+    signal_pushed(peers, to, device, k);
   }
   auto sizes = full.sizes().vec();
   sizes[1] /= peers.size();
