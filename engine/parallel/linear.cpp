@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -120,6 +121,16 @@ void current_waits_for_wgrad_streams(const std::set<c10::DeviceIndex>& devices) 
 }  // namespace
 
 void DelayedWeightGrad::set_own_stream(bool on) { wgrad_stream_on = on; }
+
+void DelayedWeightGrad::prioritise_compute_stream(const torch::Device& device) {
+#if ME_TORCH_HAS_CUDA
+  const char* v = std::getenv("ME_COMPUTE_STREAM_PRIORITY");
+  if (!device.is_cuda() || !v || std::string(v) != "high") return;
+  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index()));
+#else
+  (void)device;
+#endif
+}
 
 // The held GEMMs on their own stream (parallel.tp_wgrad_stream, ME_TP_WGRAD_STREAM): after what
 // the compute stream has queued, with `uses` (their operands, freed on the compute stream later)

@@ -77,6 +77,10 @@ if [ "$gpus" -ge 4 ]; then
   follows tp4_copy_engine_signals tp4_copy_engine_signals_split2 "tp 4 with ME_TP_RS_SIGNALS=1 ME_TP_RS_SPLIT=2: "
   ME_TP_WGRAD_STREAM=16 train tp4_copy_engine_wgrad_stream 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine tp4_copy_engine_wgrad_stream "tp 4 with ME_TP_WGRAD_STREAM=16: "
+  # the compute stream at high priority beside the wgrad stream: the same arithmetic, another schedule
+  ME_COMPUTE_STREAM_PRIORITY=high train tp4_copy_engine_wgrad_prio 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine \
+    parallel.tp_wgrad_stream=true
+  follows tp4_copy_engine tp4_copy_engine_wgrad_prio "tp 4, tp_wgrad_stream, ME_COMPUTE_STREAM_PRIORITY=high: "
   # tp 2 x dp 2: the data-parallel buckets' reductions wait for that stream too (fence)
   train tp2dp2 4 parallel.tp_comm_backend=copy_engine
   ME_TP_WGRAD_STREAM=16 train tp2dp2_wgrad_stream 4 parallel.tp_comm_backend=copy_engine
