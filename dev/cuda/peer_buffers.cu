@@ -10,7 +10,8 @@
 //   1d. arrival signals (ME_TP_RS_SIGNALS): each rank pushes into every peer's slot on a copy stream
 //      and signals it (cuStreamWriteValue64 after the copy), the last rank 2 ms late; every rank's
 //      compute stream waits for the arrivals only, then copies what landed: a signal ahead of its
-//      data shows as a stale value (the rounds alternate values and slots);
+//      data shows as a stale value (the rounds alternate values and slots); then an all-gather
+//      whose pulls each wait for their peer's publication signal (ME_TP_AG_SIGNALS);
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
@@ -262,11 +263,28 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
         signals_ok = signals_ok && all_equal(gathered + (k - 1) * count, count,
                                              static_cast<float>(10000 + 100 * step + (rank + k) % n));
       CUDA_CHECK(cudaStreamSynchronize(copies));
+      // and an all-gather by publication signals (ME_TP_AG_SIGNALS): this rank's rows into its own
+      // slot (the last rank 2 ms late), a signal to each peer, each pull after its peer's signal only
+      const int g = peers.next_slot();
+      host_barrier(shared, n, round++);
+      if (rank == n - 1) spin<<<1, 1, 0, compute>>>(2000000);
+      fill<<<256, 256, 0, compute>>>(static_cast<float*>(peers.slot(rank, g)), count, value + 0.5f);
+      CUDA_CHECK(cudaStreamSynchronize(compute));
+      for (int k = 1; k < n; ++k) peers.signal_published((rank + k) % n, copies);
+      for (int k = 1; k < n; ++k) {
+        const int from = (rank + k) % n;
+        peers.wait_published(from, copies);
+        PeerBuffers::copy(gathered + (k - 1) * count, peers.slot(from, g), chunk_bytes, copies);
+      }
+      CUDA_CHECK(cudaStreamSynchronize(copies));
+      for (int k = 1; k < n; ++k)
+        signals_ok = signals_ok && all_equal(gathered + (k - 1) * count, count,
+                                             static_cast<float>(10000 + 100 * step + (rank + k) % n) + 0.5f);
     }
     if (!signals_ok) shared->failures.fetch_add(1);
     host_barrier(shared, n, round++);
     if (rank == 0)
-      std::printf("checks: arrival signals after pushes (the last rank 2 ms late), 4 rounds: %s\n",
+      std::printf("checks: arrival and publication signals (the last rank 2 ms late), 4 rounds: %s\n",
                   shared->failures.load() ? "FAILED" : "ok");
   }
 

@@ -12,10 +12,12 @@ namespace me::kernels {
 
 namespace {
 
-// The signal pad takes the region's first 512 bytes, so the slots stay aligned: a word per rank
-// for its barriers, then a word per rank for its arrivals (up to 32 ranks).
+// The signal pad takes the region's first 768 bytes, so the slots stay aligned: a word per rank
+// for its barriers, then a word per rank for its arrivals, then one for its publications (up to
+// 32 ranks).
 constexpr int kMaxRanks = 32;
-constexpr size_t kPadBytes = 2 * kMaxRanks * sizeof(uint64_t);
+constexpr int kArrivalWords = kMaxRanks, kPublishedWords = 2 * kMaxRanks;
+constexpr size_t kPadBytes = 3 * kMaxRanks * sizeof(uint64_t);
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("PeerBuffers: ") + what + ": " + cudaGetErrorString(e));
@@ -65,11 +67,20 @@ __global__ void barrier_kernel(uint64_t** pads, uint64_t* count, int rank, int s
   if (threadIdx.x == 0) add_timed_wait(waited, start);
 }
 
-// The same signal from one thread, where the driver will not write the value on the stream: the
-// copy before it on the stream is done (stream order), the fence orders it before the signal.
-__global__ void signal_arrival_kernel(uint64_t* word, uint64_t n) {
+// A signal from one thread, where the driver will not write the value on the stream
+// (PeerBuffers::signal): what the stream did before is done (stream order), and the fence orders
+// it before the signal.
+__global__ void signal_kernel(uint64_t* word, uint64_t n) {
   __threadfence_system();
   *reinterpret_cast<volatile uint64_t*>(word) = n;
+}
+
+// One thread: the stream waits until *word reaches `value` (where the driver will not wait on the
+// stream itself).
+__global__ void wait_value_kernel(const uint64_t* word, uint64_t value) {
+  while (*reinterpret_cast<const volatile uint64_t*>(word) < value) {
+  }
+  __threadfence_system();
 }
 
 // One thread per other rank: wait until rank j's arrival word in this rank's pad reaches this
@@ -85,7 +96,7 @@ __global__ void wait_arrivals_kernel(uint64_t** pads, uint64_t* count, int rank,
   __syncthreads();
   const int j = static_cast<int>(threadIdx.x);
   if (j < size && j != rank) {
-    volatile uint64_t* mine = pads[rank] + kMaxRanks;
+    volatile uint64_t* mine = pads[rank] + kArrivalWords;
     while (mine[j] < expected) {
     }
     __threadfence_system();
@@ -99,17 +110,22 @@ __global__ void wait_arrivals_kernel(uint64_t** pads, uint64_t* count, int rank,
 // the stream's front end makes after what the stream queued before (its default flags fence the
 // stream's earlier writes, as __threadfence_system does a thread's), on no multiprocessor, so
 // that a signal after a copy does not wait for a GEMM's blocks to leave an SM.
-using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-WriteValue64 stream_write_value64() {
-  static const WriteValue64 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    check(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &p, 12000, cudaEnableDefault, &found),
-          "cudaGetDriverEntryPointByVersion(cuStreamWriteValue64)");
-    if (found != cudaDriverEntryPointSuccess || !p)
-      throw std::runtime_error("PeerBuffers: the driver has no cuStreamWriteValue64");
-    return reinterpret_cast<WriteValue64>(p);
-  }();
+// cuStreamWaitValue64 likewise: the front end holds the stream until a word reaches a value.
+using StreamValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+StreamValue64 driver_entry(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  check(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found),
+        (std::string("cudaGetDriverEntryPointByVersion(") + name + ")").c_str());
+  if (found != cudaDriverEntryPointSuccess || !p) throw std::runtime_error(std::string("PeerBuffers: the driver has no ") + name);
+  return reinterpret_cast<StreamValue64>(p);
+}
+StreamValue64 stream_write_value64() {
+  static const StreamValue64 fn = driver_entry("cuStreamWriteValue64");
+  return fn;
+}
+StreamValue64 stream_wait_value64() {
+  static const StreamValue64 fn = driver_entry("cuStreamWaitValue64");
   return fn;
 }
 
@@ -132,7 +148,7 @@ PeerBuffers::PeerBuffers(int rank, int size, size_t slot_bytes) : rank_(rank), s
   check(cudaMemset(device_epoch_, 0, kCounterWords * sizeof(uint64_t)), "clearing the barrier count");
   check(cudaDeviceSynchronize(), "clearing the signal pad");  // zero before any peer can signal
   regions_.assign(static_cast<size_t>(size), nullptr);
-  sent_.assign(static_cast<size_t>(size), 0);
+  sent_.assign(2 * static_cast<size_t>(size), 0);  // arrivals, then publications, to each rank
   regions_[static_cast<size_t>(rank)] = mine_;
 }
 
@@ -188,25 +204,50 @@ void PeerBuffers::barrier(void* stream, bool timed) {
   check(cudaGetLastError(), "barrier kernel launch");
 }
 
-void PeerBuffers::signal_arrival(int to, void* stream) {
-  if (!device_pads_) throw std::runtime_error("PeerBuffers::signal_arrival before open()");
+void PeerBuffers::signal(int area, int to, void* stream) {
+  if (!device_pads_) throw std::runtime_error("PeerBuffers: a signal before open()");
   if (to < 0 || to >= size_ || to == rank_)
-    throw std::runtime_error("PeerBuffers::signal_arrival: rank " + std::to_string(to) + " is not a peer");
-  // This rank's arrival word in to's pad: the count of arrivals sent to `to` so far (only one
-  // stream signals a given rank, in order, so the host's count is the one the GPU writes).
-  auto* word = reinterpret_cast<uint64_t*>(regions_[static_cast<size_t>(to)]) + kMaxRanks + rank_;
-  const uint64_t n = ++sent_[static_cast<size_t>(to)];
+    throw std::runtime_error("PeerBuffers: a signal to rank " + std::to_string(to) + ", which is not a peer");
+  // This rank's word in the area of to's pad: the count of such signals sent to `to` so far (only
+  // one stream signals a given rank in an area, in order, so the host's count is the GPU's).
+  auto* word = reinterpret_cast<uint64_t*>(regions_[static_cast<size_t>(to)]) + area + rank_;
+  const uint64_t n = ++sent_[static_cast<size_t>(area / kMaxRanks) * static_cast<size_t>(size_) + static_cast<size_t>(to)];
   if (!signal_by_kernel_) {
     const CUresult r = stream_write_value64()(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
                                               CU_STREAM_WRITE_VALUE_DEFAULT);
     if (r == CUDA_SUCCESS) return;
     // Said once, then a kernel signals: it needs an SM, which a GEMM beside it may hold a while.
     std::fprintf(stderr, "PeerBuffers: cuStreamWriteValue64 into a peer's signal pad failed (CUresult %d); "
-                 "arrivals are signalled by a kernel instead\n", static_cast<int>(r));
+                 "a kernel signals instead\n", static_cast<int>(r));
     signal_by_kernel_ = true;
   }
-  signal_arrival_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, n);
-  check(cudaGetLastError(), "arrival signal kernel launch");
+  signal_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, n);
+  check(cudaGetLastError(), "signal kernel launch");
+}
+
+void PeerBuffers::signal_arrival(int to, void* stream) { signal(kArrivalWords, to, stream); }
+
+void PeerBuffers::signal_published(int to, void* stream) { signal(kPublishedWords, to, stream); }
+
+void PeerBuffers::wait_published(int from, void* stream) {
+  if (!device_pads_) throw std::runtime_error("PeerBuffers::wait_published before open()");
+  if (from < 0 || from >= size_ || from == rank_)
+    throw std::runtime_error("PeerBuffers::wait_published: rank " + std::to_string(from) + " is not a peer");
+  // As many publications from `from` as this rank has sent it: every rank publishes to every
+  // other once per all-gather, in the same order, and this rank has sent this one's already.
+  const uint64_t n = sent_[static_cast<size_t>(kPublishedWords / kMaxRanks) * static_cast<size_t>(size_) +
+                           static_cast<size_t>(from)];
+  auto* word = reinterpret_cast<uint64_t*>(mine_) + kPublishedWords + from;
+  if (!wait_by_kernel_) {
+    const CUresult r = stream_wait_value64()(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
+                                             CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_SUCCESS) return;
+    std::fprintf(stderr, "PeerBuffers: cuStreamWaitValue64 on this rank's signal pad failed (CUresult %d); "
+                 "a kernel waits instead\n", static_cast<int>(r));
+    wait_by_kernel_ = true;
+  }
+  wait_value_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, n);
+  check(cudaGetLastError(), "wait kernel launch");
 }
 
 void PeerBuffers::wait_arrivals(void* stream, bool timed) {

@@ -5,11 +5,11 @@
 // on a copy engine, taking no multiprocessor from the GEMM beside it, which NCCL's kernels do
 // (bench/RESULTS.md, twelfth session: a reduce-scatter beside a GEMM took twice its standalone time).
 //
-// A region is a signal pad (two 64-bit words per rank: its barriers and its arrivals) and two
-// data slots. Collectives alternate between the slots and each has one barrier or one wait for
-// every peer's arrival, so that a rank writing a slot knows, by the collective before, that
-// every rank has finished reading what the slot held two collectives ago (the argument is spelt
-// out in collective_matmul.cpp).
+// A region is a signal pad (three 64-bit words per rank: its barriers, arrivals and
+// publications) and two data slots. Collectives alternate between the slots and each has one
+// barrier, or one signal from every peer waited for, so that a rank writing a slot knows, by the
+// collective before, that every rank has finished reading what the slot held two collectives ago
+// (the argument is spelt out in collective_matmul.cpp).
 //
 // Torch-free, like the rest of engine/kernels: raw pointers, the stream as void*. Errors are
 // thrown as std::runtime_error naming the CUDA call.
@@ -65,6 +65,13 @@ class PeerBuffers {
   // per wait, in the same order of collectives. timed: as barrier's (timed_wait_ns, timed_waits).
   void signal_arrival(int to, void* stream);
   void wait_arrivals(void* stream, bool timed = false);
+  // The same for an all-gather's pulls, one peer at a time: signal_published, queued after this
+  // rank's rows are in its own slot, tells `to` they may be pulled; wait_published holds `stream`
+  // (the pulls') until rank `from` has published as many times as this rank has to it (call it
+  // after this rank's own signals of the same all-gather). No SM is used where the driver writes
+  // and waits on the stream (cuStreamWriteValue64, cuStreamWaitValue64); else a kernel does.
+  void signal_published(int to, void* stream);
+  void wait_published(int from, void* stream);
   // The same with each timed barrier's own time: `count` timed barriers so far, the i-th's
   // nanoseconds at ring[i % kWaitLog] (the last kWaitLog of them). Synchronous, as timed_wait_ns.
   static constexpr int kWaitLog = 1024;
@@ -90,8 +97,11 @@ class PeerBuffers {
   static constexpr int kCounterWords = kTimed + 2 + kWaitLog;
   uint64_t* device_epoch_ = nullptr;
   uint64_t collectives_ = 0;
-  std::vector<uint64_t> sent_;  // arrivals signalled to each rank so far (signal_arrival)
+  // `area`: the pad's word offset of arrivals or publications.
+  void signal(int area, int to, void* stream);
+  std::vector<uint64_t> sent_;  // arrivals, then publications, signalled to each rank so far
   bool signal_by_kernel_ = false;  // the driver refused cuStreamWriteValue64 into a peer's pad
+  bool wait_by_kernel_ = false;    // or cuStreamWaitValue64 on this rank's
 };
 
 }  // namespace me::kernels

@@ -68,7 +68,10 @@ torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); 
 // that peer's push into this rank, which its push stream queued after everything its compute
 // stream had queued before the reduce-scatter: its reads of every earlier collective included.
 // So the wait, like a barrier, tells this rank that every rank is done with the collective
-// before; the argument above holds with it in place of the reduce-scatter's barrier.
+// before; the argument above holds with it in place of the reduce-scatter's barrier. Likewise
+// the all-gathers' publication signals (ME_TP_AG_SIGNALS=1): each peer signals after its compute
+// stream reached the all-gather (its earlier reads done), this rank pulls from every peer after
+// that peer's signal, and its compute stream waits for every pull before it goes on.
 
 // Copy streams: the reduce-scatters push to the k-th peer on the k-th, as each chunk is computed;
 // the all-gathers pull on the first, one peer after another.
@@ -110,6 +113,18 @@ enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 
 // any order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
 // the compute stream wait for every pull (wait_for_pull) before the result is used elsewhere, so
 // the allocator's stream-ordered reuse of its block is safe.
+// Whether the all-gathers' pulls wait for their peer's signal that its rows are in its slot,
+// each pull for its own peer only, instead of a barrier of all ranks before the first
+// (ME_TP_AG_SIGNALS=1). A measurement to make, not yet a setting; with ME_TP_RS_SIGNALS the
+// ranks no longer meet at every reduce-scatter, and the all-gather's barrier would make them.
+bool gather_signals() {
+  static const bool on = [] {
+    const char* v = std::getenv("ME_TP_AG_SIGNALS");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
 struct PeerGather {
   torch::Tensor gathered;  // [b, s, ...]
   int64_t rows = 0;        // each rank's rows
@@ -130,7 +145,11 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
   auto& input_ready = reused_event(device, kInputReady);
   input_ready.record(compute);
   input_ready.block(signal);
-  peers.barrier(signal.stream());
+  const bool signals = gather_signals();
+  if (signals)  // each peer may pull this rank's rows now; the pulls below wait for their peer's only
+    for (int k = 1; k < size; ++k) peers.signal_published((rank + k) % size, signal.stream());
+  else
+    peers.barrier(signal.stream());
   auto& published = reused_event(device, kPublished);
   published.record(signal);
   kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, compute.stream());
@@ -138,6 +157,7 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
   published.block(pulls);
   for (int k = 1; k < size; ++k) {
     const int from = (rank + k) % size;
+    if (signals) peers.wait_published(from, pulls.stream());
     kernels::PeerBuffers::copy(all + static_cast<size_t>(from) * bytes, peers.slot(from, s), bytes, pulls.stream());
     reused_event(device, kArrived + k).record(pulls);
   }

@@ -73,6 +73,8 @@ if [ "$gpus" -ge 4 ]; then
   follows tp4_copy_engine tp4_copy_engine_grouped "tp 4 with ME_TP_GATHER_GROUP=3: "
   ME_TP_RS_SIGNALS=1 train tp4_copy_engine_signals 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine tp4_copy_engine_signals "tp 4 with ME_TP_RS_SIGNALS=1: " 1e-6
+  ME_TP_RS_SIGNALS=1 ME_TP_AG_SIGNALS=1 train tp4_copy_engine_all_signals 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
+  follows tp4_copy_engine tp4_copy_engine_all_signals "tp 4 with ME_TP_RS_SIGNALS=1 ME_TP_AG_SIGNALS=1: " 1e-6
   ME_TP_RS_SIGNALS=1 ME_TP_RS_SPLIT=2 train tp4_copy_engine_signals_split2 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine_signals tp4_copy_engine_signals_split2 "tp 4 with ME_TP_RS_SIGNALS=1 ME_TP_RS_SPLIT=2: "
   ME_TP_WGRAD_STREAM=16 train tp4_copy_engine_wgrad_stream 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
