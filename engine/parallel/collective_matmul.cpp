@@ -97,6 +97,18 @@ at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
 }
 enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
 
+// Whether the all-gathers' pulls wait for their peer's signal that its rows are in its slot,
+// each pull for its own peer only, instead of a barrier of all ranks before the first
+// (ME_TP_AG_SIGNALS=1). A measurement to make, not yet a setting; with ME_TP_RS_SIGNALS the
+// ranks no longer meet at every reduce-scatter, and the all-gather's barrier would make them.
+bool gather_signals() {
+  static const bool on = [] {
+    const char* v = std::getenv("ME_TP_AG_SIGNALS");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
 // The copy engines' all-gather, started: on the compute stream this rank's rows into its slot and
 // into the result, then a barrier on the signal stream (so that the compute stream does not wait
 // for the last rank to arrive: at tp 4 the ranks drift apart), then on one copy stream every
@@ -113,18 +125,6 @@ enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 
 // any order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
 // the compute stream wait for every pull (wait_for_pull) before the result is used elsewhere, so
 // the allocator's stream-ordered reuse of its block is safe.
-// Whether the all-gathers' pulls wait for their peer's signal that its rows are in its slot,
-// each pull for its own peer only, instead of a barrier of all ranks before the first
-// (ME_TP_AG_SIGNALS=1). A measurement to make, not yet a setting; with ME_TP_RS_SIGNALS the
-// ranks no longer meet at every reduce-scatter, and the all-gather's barrier would make them.
-bool gather_signals() {
-  static const bool on = [] {
-    const char* v = std::getenv("ME_TP_AG_SIGNALS");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
-
 struct PeerGather {
   torch::Tensor gathered;  // [b, s, ...]
   int64_t rows = 0;        // each rank's rows
