@@ -18,7 +18,8 @@
 # its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
 # in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
 # tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere; "all": tp 1 too), ME_BENCH_TP1_EACH_GPU
-# (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace).
+# (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace),
+# ME_BENCH_SKIP_TP1 (1: no tp 1 runs and no efficiencies, for an A/B of variants in less device time).
 # ME_BENCH_CLOCKS=MS: each row also gives its 2L run's SM clock (nvidia-smi every MS ms; the median
 # while busy, of its slowest GPU): session 24 saw a run's two timed windows 12% apart and the same
 # code 4 points apart on two machines. Off by default: the sampler's NVML queries run beside the
@@ -179,9 +180,13 @@ variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parall
   echo "|---|---|--:|--:|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
-  read -r a _ b _ _ mhz _ <<< "$(runs "$model" tp1 1)"
-  base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
-  echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz | - |" >> "$out/table.md"
+  if [ -n "${ME_BENCH_SKIP_TP1:-}" ]; then
+    base=-
+  else
+    read -r a _ b _ _ mhz _ <<< "$(runs "$model" tp1 1)"
+    base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
+    echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz | - |" >> "$out/table.md"
+  fi
   # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
   # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
   if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
@@ -205,7 +210,8 @@ for model in $models; do
       awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" -v mhz="$mhz" -v waits="$waits" 'BEGIN {
         layer = (b - a) / l
         exposed = (e1 == "ce" || e2 == "ce") ? "- (copy engines)" : sprintf("%.1f", (e2 - e1) / l)
-        printf "| %s | tp %d + %s | %.1f | %.2f | %s | %s | %s | %s |\n", m, tp, lab, layer, base / (tp * layer), exposed, hb, mhz, waits }' >> "$out/table.md"
+        eff = base == "-" ? "-" : sprintf("%.2f", base / (tp * layer))
+        printf "| %s | tp %d + %s | %.1f | %s | %s | %s | %s | %s |\n", m, tp, lab, layer, eff, exposed, hb, mhz, waits }' >> "$out/table.md"
     done
   done
   [ -n "${ME_BENCH_TORCH_REF:-}" ] && torch_reference "$model"
