@@ -18,7 +18,8 @@
 # its variants in ME_BENCH_TORCH_VARIANTS, default "sp,sp-graph"; rows "PyTorch ..." against its own tp 1,
 # in the same units: a micro-batch's time x 8), ME_BENCH_KEEP_TRACES (1: every rank's trace of each
 # tp > 1 run, as OUT_DIR/traces-*.tgz, for bench/speed/trace_ranks.py elsewhere; "all": tp 1 too), ME_BENCH_TP1_EACH_GPU
-# (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace).
+# (1: tp 1's layer on every other GPU too, against GPU 0's: a tp group runs at its slowest GPU's pace),
+# ME_BENCH_SKIP_TP1 (1: no tp 1 runs and no efficiencies, for an A/B of variants in less device time).
 # ME_BENCH_CLOCKS=MS: each row also gives its 2L run's SM clock (nvidia-smi every MS ms; the median
 # while busy, of its slowest GPU): session 24 saw a run's two timed windows 12% apart and the same
 # code 4 points apart on two machines. Off by default: the sampler's NVML queries run beside the
@@ -55,11 +56,12 @@ warmup=${ME_BENCH_WARMUP:-4}
 # The GPUs' SM clocks while a run is busy (ME_BENCH_CLOCKS: sampled every that many ms): a GPU that
 # throttles for power or heat moves a row's figure between runs and machines, and this says
 # whether it did.
-clock_summary() {  # SAMPLES_CSV GPU... -> "MHz" (median over busy samples, lowest GPU's) or "-"
+clock_summary() {  # SAMPLES_CSV GPU... -> "MHz" (median over busy samples, lowest GPU's) or "-"; with
+  # CLOCKS_PER_GPU=1 instead each GPU's, "g:MHz g:MHz ..." (a GPU slower than the others paces them)
   local csv=$1
   shift
   python3 - "$csv" "$@" <<'PY'
-import statistics, sys
+import os, statistics, sys
 gpus = set(sys.argv[2:])
 by_gpu = {}
 for line in open(sys.argv[1]):
@@ -72,7 +74,12 @@ for line in open(sys.argv[1]):
         continue
     if util >= 50:  # the GPU was working: warm-up, timed steps and the profile alike
         by_gpu.setdefault(f[0], []).append(mhz)
-print(min(int(statistics.median(v)) for v in by_gpu.values()) if by_gpu else "-")
+if not by_gpu:
+    print("-")
+elif os.environ.get("CLOCKS_PER_GPU") == "1":
+    print(" ".join(f"{g}:{int(statistics.median(by_gpu[g]))}" for g in sorted(by_gpu, key=int)))
+else:
+    print(min(int(statistics.median(v)) for v in by_gpu.values()))
 PY
 }
 
@@ -104,7 +111,7 @@ run() {
     for o in "${env[@]}"; do [[ $o == CUDA_VISIBLE_DEVICES=* ]] && visible=${o#*=}; done
     if [ -n "$visible" ]; then IFS=, read -ra used <<< "$visible"; else for ((g = 0; g < tp; g++)); do used+=("$g"); done; fi
     mhz=$(clock_summary "$log.clocks" "${used[@]}")
-    echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]})" >> "$log"
+    echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]}; each: $(CLOCKS_PER_GPU=1 clock_summary "$log.clocks" "${used[@]}"))" >> "$log"
     rm -f "$log.clocks"
   fi
   # Every rank's trace of the profiled steps: which rank the others wait for (host-bound ones
@@ -173,9 +180,13 @@ variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parall
   echo "|---|---|--:|--:|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
-  read -r a _ b _ _ mhz _ <<< "$(runs "$model" tp1 1)"
-  base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
-  echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz | - |" >> "$out/table.md"
+  if [ -n "${ME_BENCH_SKIP_TP1:-}" ]; then
+    base=-
+  else
+    read -r a _ b _ _ mhz _ <<< "$(runs "$model" tp1 1)"
+    base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
+    echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz | - |" >> "$out/table.md"
+  fi
   # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
   # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
   if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
@@ -199,7 +210,8 @@ for model in $models; do
       awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" -v mhz="$mhz" -v waits="$waits" 'BEGIN {
         layer = (b - a) / l
         exposed = (e1 == "ce" || e2 == "ce") ? "- (copy engines)" : sprintf("%.1f", (e2 - e1) / l)
-        printf "| %s | tp %d + %s | %.1f | %.2f | %s | %s | %s | %s |\n", m, tp, lab, layer, base / (tp * layer), exposed, hb, mhz, waits }' >> "$out/table.md"
+        eff = base == "-" ? "-" : sprintf("%.2f", base / (tp * layer))
+        printf "| %s | tp %d + %s | %.1f | %s | %s | %s | %s | %s |\n", m, tp, lab, layer, eff, exposed, hb, mhz, waits }' >> "$out/table.md"
     done
   done
   [ -n "${ME_BENCH_TORCH_REF:-}" ] && torch_reference "$model"
