@@ -10,8 +10,9 @@
 //   1d. arrival signals (ME_TP_RS_SIGNALS): each rank pushes into every peer's slot on a copy stream
 //      and signals it (cuStreamWriteValue64 after the copy), the last rank 2 ms late; every rank's
 //      compute stream waits for the arrivals only, then copies what landed: a signal ahead of its
-//      data shows as a stale value (the rounds alternate values and slots); then an all-gather
-//      whose pulls each wait for their peer's publication signal (ME_TP_AG_SIGNALS);
+//      data shows as a stale value (the rounds alternate values); then an all-gather whose pulls
+//      each wait for their peer's publication signal (ME_TP_AG_SIGNALS), the fill ordered before
+//      the signals by an event only, as in the engine;
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
@@ -240,6 +241,10 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
   // 1d. arrival signals: 4 rounds of push + signal, wait, read, the last rank late in each
   {
     bool signals_ok = true;
+    cudaStream_t signals;
+    cudaEvent_t filled;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&signals, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&filled, cudaEventDisableTiming));
     float* mine = gathered + (n - 1) * count;  // this rank's pushed value, away from what is read back
     for (int step = 0; step < 4; ++step) {
       const int s = peers.next_slot();
@@ -265,22 +270,31 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
       CUDA_CHECK(cudaStreamSynchronize(copies));
       // and an all-gather by publication signals (ME_TP_AG_SIGNALS): this rank's rows into its own
       // slot (the last rank 2 ms late), a signal to each peer, each pull after its peer's signal only
+      // As the engine orders them: the fill on the compute stream, an event, the signals on a
+      // stream of their own that waits for it (no host sync between: a signal ahead of the fill
+      // would let a peer pull stale values), the waits and pulls on the copy stream.
       const int g = peers.next_slot();
       host_barrier(shared, n, round++);
       if (rank == n - 1) spin<<<1, 1, 0, compute>>>(2000000);
       fill<<<256, 256, 0, compute>>>(static_cast<float*>(peers.slot(rank, g)), count, value + 0.5f);
-      CUDA_CHECK(cudaStreamSynchronize(compute));
-      for (int k = 1; k < n; ++k) peers.signal_published((rank + k) % n, copies);
+      CUDA_CHECK(cudaEventRecord(filled, compute));
+      CUDA_CHECK(cudaStreamWaitEvent(signals, filled, 0));
+      for (int k = 1; k < n; ++k) peers.signal_published((rank + k) % n, signals);
+      CUDA_CHECK(cudaEventRecord(filled, signals));  // (re-recorded: the wait above took the first)
+      CUDA_CHECK(cudaStreamWaitEvent(copies, filled, 0));  // the pulls after this rank's own signals
       for (int k = 1; k < n; ++k) {
         const int from = (rank + k) % n;
         peers.wait_published(from, copies);
         PeerBuffers::copy(gathered + (k - 1) * count, peers.slot(from, g), chunk_bytes, copies);
       }
       CUDA_CHECK(cudaStreamSynchronize(copies));
+      CUDA_CHECK(cudaStreamSynchronize(signals));
       for (int k = 1; k < n; ++k)
         signals_ok = signals_ok && all_equal(gathered + (k - 1) * count, count,
                                              static_cast<float>(10000 + 100 * step + (rank + k) % n) + 0.5f);
     }
+    CUDA_CHECK(cudaEventDestroy(filled));
+    CUDA_CHECK(cudaStreamDestroy(signals));
     if (!signals_ok) shared->failures.fetch_add(1);
     host_barrier(shared, n, round++);
     if (rank == 0)

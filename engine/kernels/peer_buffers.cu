@@ -112,12 +112,15 @@ __global__ void wait_arrivals_kernel(uint64_t** pads, uint64_t* count, int rank,
 // that a signal after a copy does not wait for a GEMM's blocks to leave an SM.
 // cuStreamWaitValue64 likewise: the front end holds the stream until a word reaches a value.
 using StreamValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+// Null where the driver has no such entry point (the caller then uses a kernel).
 StreamValue64 driver_entry(const char* name) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult found{};
-  check(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found),
-        (std::string("cudaGetDriverEntryPointByVersion(") + name + ")").c_str());
-  if (found != cudaDriverEntryPointSuccess || !p) throw std::runtime_error(std::string("PeerBuffers: the driver has no ") + name);
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();  // not sticky; cleared so that the next check does not report it
+    return nullptr;
+  }
   return reinterpret_cast<StreamValue64>(p);
 }
 StreamValue64 stream_write_value64() {
@@ -204,17 +207,37 @@ void PeerBuffers::barrier(void* stream, bool timed) {
   check(cudaGetLastError(), "barrier kernel launch");
 }
 
+uint64_t& PeerBuffers::sent(int area, int r) {
+  // arrivals, then publications: a row of size_ counters each
+  const int row = area == kArrivalWords ? 0 : area == kPublishedWords ? 1 : -1;
+  if (row < 0) throw std::runtime_error("PeerBuffers: no signal area at word " + std::to_string(area));
+  return sent_.at(static_cast<size_t>(row) * static_cast<size_t>(size_) + static_cast<size_t>(r));
+}
+
+// The signals count on the host (the values written, the publications waited for), so a CUDA
+// graph would replay stale counts: eager only, unlike the barrier (counted on the GPU).
+void PeerBuffers::not_capturing(void* stream, const char* what) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status), "cudaStreamIsCapturing");
+  if (status != cudaStreamCaptureStatusNone)
+    throw std::runtime_error(std::string("PeerBuffers: ") + what +
+                             " inside a CUDA graph capture: the arrival and publication signals are eager only");
+}
+
 void PeerBuffers::signal(int area, int to, void* stream) {
   if (!device_pads_) throw std::runtime_error("PeerBuffers: a signal before open()");
   if (to < 0 || to >= size_ || to == rank_)
     throw std::runtime_error("PeerBuffers: a signal to rank " + std::to_string(to) + ", which is not a peer");
+  not_capturing(stream, "a signal");
   // This rank's word in the area of to's pad: the count of such signals sent to `to` so far (only
   // one stream signals a given rank in an area, in order, so the host's count is the GPU's).
   auto* word = reinterpret_cast<uint64_t*>(regions_[static_cast<size_t>(to)]) + area + rank_;
-  const uint64_t n = ++sent_[static_cast<size_t>(area / kMaxRanks) * static_cast<size_t>(size_) + static_cast<size_t>(to)];
+  const uint64_t n = ++sent(area, to);
   if (!signal_by_kernel_) {
-    const CUresult r = stream_write_value64()(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
-                                              CU_STREAM_WRITE_VALUE_DEFAULT);
+    const auto write = stream_write_value64();
+    const CUresult r = write ? write(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
+                                     CU_STREAM_WRITE_VALUE_DEFAULT)
+                             : CUDA_ERROR_NOT_SUPPORTED;
     if (r == CUDA_SUCCESS) return;
     // Said once, then a kernel signals: it needs an SM, which a GEMM beside it may hold a while.
     std::fprintf(stderr, "PeerBuffers: cuStreamWriteValue64 into a peer's signal pad failed (CUresult %d); "
@@ -235,12 +258,14 @@ void PeerBuffers::wait_published(int from, void* stream) {
     throw std::runtime_error("PeerBuffers::wait_published: rank " + std::to_string(from) + " is not a peer");
   // As many publications from `from` as this rank has sent it: every rank publishes to every
   // other once per all-gather, in the same order, and this rank has sent this one's already.
-  const uint64_t n = sent_[static_cast<size_t>(kPublishedWords / kMaxRanks) * static_cast<size_t>(size_) +
-                           static_cast<size_t>(from)];
+  not_capturing(stream, "wait_published");
+  const uint64_t n = sent(kPublishedWords, from);
   auto* word = reinterpret_cast<uint64_t*>(mine_) + kPublishedWords + from;
   if (!wait_by_kernel_) {
-    const CUresult r = stream_wait_value64()(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
-                                             CU_STREAM_WAIT_VALUE_GEQ);
+    const auto wait = stream_wait_value64();
+    const CUresult r = wait ? wait(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
+                                   CU_STREAM_WAIT_VALUE_GEQ)
+                            : CUDA_ERROR_NOT_SUPPORTED;
     if (r == CUDA_SUCCESS) return;
     std::fprintf(stderr, "PeerBuffers: cuStreamWaitValue64 on this rank's signal pad failed (CUresult %d); "
                  "a kernel waits instead\n", static_cast<int>(r));
@@ -253,6 +278,7 @@ void PeerBuffers::wait_published(int from, void* stream) {
 void PeerBuffers::wait_arrivals(void* stream, bool timed) {
   if (size_ == 1) return;
   if (!device_pads_) throw std::runtime_error("PeerBuffers::wait_arrivals before open()");
+  not_capturing(stream, "wait_arrivals");
   auto* waited = timed ? reinterpret_cast<unsigned long long*>(device_epoch_ + kTimed) : nullptr;
   wait_arrivals_kernel<<<1, kMaxRanks, 0, static_cast<cudaStream_t>(stream)>>>(device_pads_, device_epoch_ + kArrivalWaits,
                                                                                  rank_, size_, waited);
@@ -260,12 +286,16 @@ void PeerBuffers::wait_arrivals(void* stream, bool timed) {
 }
 
 uint64_t PeerBuffers::timed_wait_ns() const {
+  check(cudaDeviceSynchronize(), "waiting for the timed barriers");  // as timed_waits
   uint64_t ns = 0;
   check(cudaMemcpy(&ns, device_epoch_ + kTimed, sizeof ns, cudaMemcpyDeviceToHost), "reading the barriers' time");
   return ns;
 }
 
 PeerBuffers::TimedWaits PeerBuffers::timed_waits() const {
+  // Every stream's timed waits finished and their counts written: the compute stream need not be
+  // the legacy default stream, which a plain cudaMemcpy would order after (ME_COMPUTE_STREAM_PRIORITY).
+  check(cudaDeviceSynchronize(), "waiting for the timed barriers");
   std::vector<uint64_t> words(kCounterWords);
   check(cudaMemcpy(words.data(), device_epoch_, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost),
         "reading the barriers' times");

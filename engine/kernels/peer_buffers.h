@@ -63,6 +63,7 @@ class PeerBuffers {
   // `stream` a wait for one more arrival from every other rank than the last wait saw: every
   // peer's copies signalled before are then in and visible. Each rank signals every other once
   // per wait, in the same order of collectives. timed: as barrier's (timed_wait_ns, timed_waits).
+  // Eager only: the counts are the host's, so these refuse a stream that is capturing a graph.
   void signal_arrival(int to, void* stream);
   void wait_arrivals(void* stream, bool timed = false);
   // The same for an all-gather's pulls, one peer at a time: signal_published, queued after this
@@ -99,6 +100,8 @@ class PeerBuffers {
   uint64_t collectives_ = 0;
   // `area`: the pad's word offset of arrivals or publications.
   void signal(int area, int to, void* stream);
+  uint64_t& sent(int area, int r);  // signals of `area` sent to rank r so far
+  static void not_capturing(void* stream, const char* what);  // throws inside a graph capture
   std::vector<uint64_t> sent_;  // arrivals, then publications, signalled to each rank so far
   bool signal_by_kernel_ = false;  // the driver refused cuStreamWriteValue64 into a peer's pad
   bool wait_by_kernel_ = false;    // or cuStreamWaitValue64 on this rank's

@@ -126,7 +126,16 @@ void DelayedWeightGrad::prioritise_compute_stream(const torch::Device& device) {
 #if ME_TORCH_HAS_CUDA
   const char* v = std::getenv("ME_COMPUTE_STREAM_PRIORITY");
   if (!device.is_cuda() || !v || std::string(v) != "high") return;
-  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index()));
+  // One step above the default priority (the held GEMMs' stream), below the top, which the side
+  // streams have (the all-gathers' barrier, NCCL's, the data-parallel buckets'), where the GPU's
+  // range has room: a stream of our own, as LibTorch's pool names its priorities differently by version.
+  c10::cuda::CUDAGuard guard(device.index());
+  int least = 0, greatest = 0;
+  ME_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess, "cudaDeviceGetStreamPriorityRange failed");
+  cudaStream_t stream = nullptr;
+  ME_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, std::max(greatest, least - 1)) == cudaSuccess,
+           "cudaStreamCreateWithPriority failed");  // kept for the process's life
+  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromExternal(stream, device.index()));
 #else
   (void)device;
 #endif

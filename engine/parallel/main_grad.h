@@ -50,7 +50,7 @@ class DelayedWeightGrad {
   // stream leaving m multiprocessors free.
   static void set_own_stream(bool on);
   // With ME_COMPUTE_STREAM_PRIORITY=high (an experiment for that stream): this thread's work on
-  // `device` goes to a high-priority stream instead of the default one, so that the block
+  // `device` goes to a stream one priority above the default one, so that the block
   // scheduler hands the compute stream's small kernels (the reduce-scatters' waits and sums, the
   // norms) the multiprocessors that the held GEMMs' blocks free, ahead of those GEMMs' next
   // blocks: the two streams are otherwise of equal priority, and the chain waits for the GEMM.

@@ -46,6 +46,8 @@ follows copy_engine copy_engine_split2 "with ME_TP_RS_SPLIT=2: "
 # the same sums in the same order; a signal ahead of its data shows as a wrong loss
 ME_TP_RS_SIGNALS=1 train copy_engine_signals 2 parallel.tp_comm_backend=copy_engine
 follows copy_engine copy_engine_signals "with ME_TP_RS_SIGNALS=1: " 1e-6
+ME_TP_AG_SIGNALS=1 train copy_engine_ag_signals 2 parallel.tp_comm_backend=copy_engine
+follows copy_engine copy_engine_ag_signals "with ME_TP_AG_SIGNALS=1: " 1e-6
 # the held weight-gradient GEMMs on a stream of their own with 16 SMs left free (ME_TP_WGRAD_STREAM):
 # the same GEMMs into the same main grads in the same order (cuBLAS may pick other kernels for
 # fewer SMs); a missed wait between the streams shows as a wrong gradient
