@@ -6,7 +6,7 @@
 //   1b. the same all-gather captured in a CUDA graph and replayed: each replay's barriers count as
 //      new ones (the count is on the GPU), and each replay gathers that replay's values (a round
 //      number kept on the GPU), mixed with eager barriers before and after;
-//   1c. timed barriers: a rank that arrives late adds its lateness to the others' timed_wait_ns;
+//   1c. timed barriers: a rank that arrives late adds its lateness to the others' timed waits;
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
@@ -207,7 +207,7 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
   }
 
   // 1c. timed barriers: the last rank arrives 2 ms late (a spinning kernel before its barrier); every
-  // other rank's timed_wait_ns grows by about that, the last rank's by little (what the engine's
+  // other rank's timed wait total grows by about that, the last rank's by little (what the engine's
   // progress line reports as the GPU's wait for the other ranks, without a profiler).
   {
     const auto before = peers.timed_waits();

@@ -128,12 +128,6 @@ void PeerBuffers::barrier(void* stream, bool timed) {
   check(cudaGetLastError(), "barrier kernel launch");
 }
 
-uint64_t PeerBuffers::timed_wait_ns() const {
-  uint64_t ns = 0;
-  check(cudaMemcpy(&ns, device_epoch_ + 1, sizeof ns, cudaMemcpyDeviceToHost), "reading the barriers' time");
-  return ns;
-}
-
 PeerBuffers::TimedWaits PeerBuffers::timed_waits() const {
   std::vector<uint64_t> words(kCounterWords);
   check(cudaMemcpy(words.data(), device_epoch_, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost),
