@@ -6,7 +6,7 @@
 //   1b. the same all-gather captured in a CUDA graph and replayed: each replay's barriers count as
 //      new ones (the count is on the GPU), and each replay gathers that replay's values (a round
 //      number kept on the GPU), mixed with eager barriers before and after;
-//   1c. timed barriers: a rank that arrives late adds its lateness to the others' timed_wait_ns;
+//   1c. timed barriers: a rank that arrives late adds its lateness to the others' timed waits;
 //   1d. arrival signals (ME_TP_RS_SIGNALS): each rank pushes into every peer's slot on a copy stream
 //      and signals it (cuStreamWriteValue64 after the copy), the last rank 2 ms late; every rank's
 //      compute stream waits for the arrivals only, then copies what landed: a signal ahead of its
@@ -213,7 +213,7 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
   }
 
   // 1c. timed barriers: the last rank arrives 2 ms late (a spinning kernel before its barrier); every
-  // other rank's timed_wait_ns grows by about that, the last rank's by little (what the engine's
+  // other rank's timed wait total grows by about that, the last rank's by little (what the engine's
   // progress line reports as the GPU's wait for the other ranks, without a profiler).
   {
     const auto before = peers.timed_waits();

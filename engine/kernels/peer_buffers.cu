@@ -285,13 +285,6 @@ void PeerBuffers::wait_arrivals(void* stream, bool timed) {
   check(cudaGetLastError(), "arrival wait kernel launch");
 }
 
-uint64_t PeerBuffers::timed_wait_ns() const {
-  check(cudaDeviceSynchronize(), "waiting for the timed barriers");  // as timed_waits
-  uint64_t ns = 0;
-  check(cudaMemcpy(&ns, device_epoch_ + kTimed, sizeof ns, cudaMemcpyDeviceToHost), "reading the barriers' time");
-  return ns;
-}
-
 PeerBuffers::TimedWaits PeerBuffers::timed_waits() const {
   // Every stream's timed waits finished and their counts written: the compute stream need not be
   // the legacy default stream, which a plain cudaMemcpy would order after (ME_COMPUTE_STREAM_PRIORITY).

@@ -51,18 +51,13 @@ class PeerBuffers {
   // counted on the GPU, not by the host, so that a barrier captured in a CUDA graph counts as a
   // new one at every replay, as an eager one does (graphs and eager barriers may mix).
   // timed: the barrier's time on the GPU (mostly its wait for the last rank) is added to
-  // timed_wait_ns().
+  // timed_waits().
   void barrier(void* stream, bool timed = false);
-  // The timed barriers' GPU time so far, in nanoseconds: for a barrier on the compute stream, the
-  // time this rank's GPU waited for the other ranks, measured without a profiler (the rank that
-  // waits least paces the others). Reads device memory (synchronous): at a log interval, not per step.
-  uint64_t timed_wait_ns() const;
-
   // Point to point instead of all to all: after this rank's copy into rank `to`'s region, queued
   // on the copy's stream, signal_arrival tells `to` that the copy is in; wait_arrivals queues on
   // `stream` a wait for one more arrival from every other rank than the last wait saw: every
   // peer's copies signalled before are then in and visible. Each rank signals every other once
-  // per wait, in the same order of collectives. timed: as barrier's (timed_wait_ns, timed_waits).
+  // per wait, in the same order of collectives. timed: as barrier's (timed_waits).
   // Eager only: the counts are the host's, so these refuse a stream that is capturing a graph.
   void signal_arrival(int to, void* stream);
   void wait_arrivals(void* stream, bool timed = false);
@@ -73,8 +68,11 @@ class PeerBuffers {
   // and waits on the stream (cuStreamWriteValue64, cuStreamWaitValue64); else a kernel does.
   void signal_published(int to, void* stream);
   void wait_published(int from, void* stream);
-  // The same with each timed barrier's own time: `count` timed barriers so far, the i-th's
-  // nanoseconds at ring[i % kWaitLog] (the last kWaitLog of them). Synchronous, as timed_wait_ns.
+  // The timed barriers so far: their GPU time in nanoseconds (for a barrier on the compute stream,
+  // the time this rank's GPU waited for the other ranks, measured without a profiler: the rank
+  // that waits least paces the others), their `count`, and each one's own time, the i-th at
+  // ring[i % kWaitLog] (the last kWaitLog of them). Reads device memory (synchronous): at a log
+  // interval, not per step.
   static constexpr int kWaitLog = 1024;
   struct TimedWaits {
     uint64_t total_ns = 0, count = 0;

@@ -156,7 +156,7 @@ class Trainer {
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<parallel::SymmetricSlots> tp_slots_;  // parallel.tp_symmetric_mb > 0
   std::shared_ptr<kernels::PeerBuffers> tp_peers_;      // parallel.tp_comm_backend = "copy_engine"
-  uint64_t tp_barrier_ns_ = 0;                          // tp_peers_' timed_wait_ns at the last log
+  uint64_t tp_barrier_ns_ = 0;                          // tp_peers_' timed wait total at the last log
   uint64_t tp_barrier_count_ = 0;                       // and its count of timed barriers
   void open_tp_peers();
   checkpoint::StateTensor fp8_state() const;
