@@ -56,12 +56,12 @@ warmup=${ME_BENCH_WARMUP:-4}
 # The GPUs' SM clocks while a run is busy (ME_BENCH_CLOCKS: sampled every that many ms): a GPU that
 # throttles for power or heat moves a row's figure between runs and machines, and this says
 # whether it did.
-clock_summary() {  # SAMPLES_CSV GPU... -> "MHz" (median over busy samples, lowest GPU's) or "-"; with
-  # CLOCKS_PER_GPU=1 instead each GPU's, "g:MHz g:MHz ..." (a GPU slower than the others paces them)
+clock_summary() {  # SAMPLES_CSV GPU... -> "MHz g:MHz g:MHz ..." (median over busy samples: the lowest
+  # GPU's, then each GPU's: a GPU slower than the others paces them) or "-"
   local csv=$1
   shift
   python3 - "$csv" "$@" <<'PY'
-import os, statistics, sys
+import statistics, sys
 gpus = set(sys.argv[2:])
 by_gpu = {}
 for line in open(sys.argv[1]):
@@ -74,12 +74,8 @@ for line in open(sys.argv[1]):
         continue
     if util >= 50:  # the GPU was working: warm-up, timed steps and the profile alike
         by_gpu.setdefault(f[0], []).append(mhz)
-if not by_gpu:
-    print("-")
-elif os.environ.get("CLOCKS_PER_GPU") == "1":
-    print(" ".join(f"{g}:{int(statistics.median(by_gpu[g]))}" for g in sorted(by_gpu, key=int)))
-else:
-    print(min(int(statistics.median(v)) for v in by_gpu.values()))
+each = {g: int(statistics.median(v)) for g, v in by_gpu.items()}
+print(" ".join([str(min(each.values()))] + [f"{g}:{each[g]}" for g in sorted(each, key=int)]) if each else "-")
 PY
 }
 
@@ -110,8 +106,10 @@ run() {
     local used=() g visible=
     for o in "${env[@]}"; do [[ $o == CUDA_VISIBLE_DEVICES=* ]] && visible=${o#*=}; done
     if [ -n "$visible" ]; then IFS=, read -ra used <<< "$visible"; else for ((g = 0; g < tp; g++)); do used+=("$g"); done; fi
-    mhz=$(clock_summary "$log.clocks" "${used[@]}")
-    echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]}; each: $(CLOCKS_PER_GPU=1 clock_summary "$log.clocks" "${used[@]}"))" >> "$log"
+    local clocks
+    clocks=$(clock_summary "$log.clocks" "${used[@]}")
+    mhz=${clocks%% *}
+    echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]}; each: ${clocks#* })" >> "$log"
     rm -f "$log.clocks"
   fi
   # Every rank's trace of the profiled steps: which rank the others wait for (host-bound ones
