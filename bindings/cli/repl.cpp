@@ -135,10 +135,11 @@ class InterruptOnlyWhileWaiting {
   InterruptOnlyWhileWaiting(const InterruptOnlyWhileWaiting&) = delete;
   InterruptOnlyWhileWaiting& operator=(const InterruptOnlyWhileWaiting&) = delete;
   int poll(pollfd* fd) const { return ppoll(fd, 1, nullptr, &waiting_); }
-  // One key for libedit, whose read may block (see above).
+  // One key for libedit, whose read may block (see above). A Ctrl-C pending on this thread runs
+  // its handler as the mask opens: then the key, typed after it, is left for the next line.
   void read_key() const {
     pthread_sigmask(SIG_SETMASK, &waiting_, nullptr);
-    rl_callback_read_char();
+    if (!interrupted) rl_callback_read_char();
     pthread_sigmask(SIG_SETMASK, &blocked_, nullptr);
   }
 
