@@ -86,7 +86,7 @@ run() {
   local log="$out/logs/$model-L$layers-tp$tp-$label.log" launch=() env=() overrides=() o
   local trace="${TMPDIR:-/tmp}/tp_width.$$.trace.json"
   for o in "$@"; do
-    case $o in NCCL_*=* | CUDA_VISIBLE_DEVICES=* | ME_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
+    case $o in NCCL_*=* | CUDA_*=* | ME_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
   done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
