@@ -63,15 +63,16 @@ torch::Tensor rows2d(const torch::Tensor& t) { return t.view({-1, t.size(-1)}); 
 // stream has waited for its reads of the collective before that, the last to use slot s (the
 // pulled copies, or the sums of what was pushed to it): the signal stream waits for the compute
 // stream at the start of each all-gather.
-// With the reduce-scatters' arrival signals instead of their barriers (ME_TP_RS_SIGNALS=1), a
-// reduce-scatter's wait on the compute stream is for one signal from every peer, each sent after
-// that peer's push into this rank, which its push stream queued after everything its compute
-// stream had queued before the reduce-scatter: its reads of every earlier collective included.
-// So the wait, like a barrier, tells this rank that every rank is done with the collective
-// before; the argument above holds with it in place of the reduce-scatter's barrier. Likewise
-// the all-gathers' publication signals (ME_TP_AG_SIGNALS=1): each peer signals after its compute
-// stream reached the all-gather (its earlier reads done), this rank pulls from every peer after
-// that peer's signal, and its compute stream waits for every pull before it goes on.
+// With the reduce-scatters' arrival signals instead of their barriers (the default;
+// ME_TP_RS_SIGNALS=0 for the barriers), a reduce-scatter's wait on the compute stream is for one
+// signal from every peer, each sent after that peer's push into this rank, which its push stream
+// queued after everything its compute stream had queued before the reduce-scatter: its reads of
+// every earlier collective included. So the wait, like a barrier, tells this rank that every rank
+// is done with the collective before; the argument above holds with it in place of the
+// reduce-scatter's barrier. Likewise the all-gathers' publication signals (the default;
+// ME_TP_AG_SIGNALS=0 for their barrier): each peer signals after its compute stream reached the
+// all-gather (its earlier reads done), this rank pulls from every peer after that peer's signal,
+// and its compute stream waits for every pull before it goes on.
 
 // Copy streams: the reduce-scatters push to the k-th peer on the k-th, as each chunk is computed;
 // the all-gathers pull on the first, one peer after another.
@@ -98,13 +99,15 @@ at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
 enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
 
 // Whether the all-gathers' pulls wait for their peer's signal that its rows are in its slot,
-// each pull for its own peer only, instead of a barrier of all ranks before the first
-// (ME_TP_AG_SIGNALS=1). A measurement to make, not yet a setting; with ME_TP_RS_SIGNALS the
-// ranks no longer meet at every reduce-scatter, and the all-gather's barrier would make them.
+// each pull for its own peer only, instead of a barrier of all ranks before the first: the
+// default; ME_TP_AG_SIGNALS=0 brings the barrier back (a diagnosis: the same copies in the same
+// order). With the reduce-scatters' signals the ranks no longer meet at every reduce-scatter, and
+// an all-gather's barrier would make them meet there instead (thirtieth session, 4 x H100:
+// both signals faster than both barriers in five paired runs of tp 4 + SP, 0.2-0.4 ms a layer in four).
 bool gather_signals() {
   static const bool on = [] {
     const char* v = std::getenv("ME_TP_AG_SIGNALS");
-    return v && std::string(v) == "1";
+    return !(v && std::string(v) == "0");
   }();
   return on;
 }
@@ -250,14 +253,13 @@ void sum_received(const torch::Tensor& own, torch::Tensor& out, int s, kernels::
 }
 
 // Whether the reduce-scatters wait for an arrival signal from each peer (sent after its pushes
-// into this rank) instead of a barrier of all ranks (ME_TP_RS_SIGNALS=1). A measurement to make,
-// not yet a setting: at the LLaMA-2-70B width every rank waits 35-70 us at the barriers after the
-// MLP's GEMMs (twenty-ninth session), the slowest of four GPUs; the sum needs only the pushes
-// into this rank, and two of the three peers push a chunk or two before their GEMMs end.
+// into this rank) instead of a barrier of all ranks: the default; ME_TP_RS_SIGNALS=0 brings the
+// barrier back. The sum needs only the pushes into this rank, and two of the three peers push a
+// chunk or two before their GEMMs end; a barrier also waited for the slowest rank's own pushes.
 bool reduce_scatter_signals() {
   static const bool on = [] {
     const char* v = std::getenv("ME_TP_RS_SIGNALS");
-    return v && std::string(v) == "1";
+    return !(v && std::string(v) == "0");
   }();
   return on;
 }

@@ -26,7 +26,6 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -121,25 +120,6 @@ void current_waits_for_wgrad_streams(const std::set<c10::DeviceIndex>& devices) 
 }  // namespace
 
 void DelayedWeightGrad::set_own_stream(bool on) { wgrad_stream_on = on; }
-
-void DelayedWeightGrad::prioritise_compute_stream(const torch::Device& device) {
-#if ME_TORCH_HAS_CUDA
-  const char* v = std::getenv("ME_COMPUTE_STREAM_PRIORITY");
-  if (!device.is_cuda() || !v || std::string(v) != "high") return;
-  // One step above the default priority (the held GEMMs' stream), below the top, which the side
-  // streams have (the all-gathers' barrier, NCCL's, the data-parallel buckets'), where the GPU's
-  // range has room: a stream of our own, as LibTorch's pool names its priorities differently by version.
-  c10::cuda::CUDAGuard guard(device.index());
-  int least = 0, greatest = 0;
-  ME_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess, "cudaDeviceGetStreamPriorityRange failed");
-  cudaStream_t stream = nullptr;
-  ME_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, std::max(greatest, least - 1)) == cudaSuccess,
-           "cudaStreamCreateWithPriority failed");  // kept for the process's life
-  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromExternal(stream, device.index()));
-#else
-  (void)device;
-#endif
-}
 
 // The held GEMMs on their own stream (parallel.tp_wgrad_stream, ME_TP_WGRAD_STREAM): after what
 // the compute stream has queued, with `uses` (their operands, freed on the compute stream later)

@@ -49,12 +49,6 @@ class DelayedWeightGrad {
   // set when a run's layers are built). ME_TP_WGRAD_STREAM=m, set, overrides it: on their own
   // stream leaving m multiprocessors free.
   static void set_own_stream(bool on);
-  // With ME_COMPUTE_STREAM_PRIORITY=high (an experiment for that stream): this thread's work on
-  // `device` goes to a stream one priority above the default one, so that the block
-  // scheduler hands the compute stream's small kernels (the reduce-scatters' waits and sums, the
-  // norms) the multiprocessors that the held GEMMs' blocks free, ahead of those GEMMs' next
-  // blocks: the two streams are otherwise of equal priority, and the chain waits for the GEMM.
-  static void prioritise_compute_stream(const torch::Device& device);
   // `gemms` as they run on that stream, `uses` kept from reuse until they are done; or, with the
   // stream off or on a CPU, `gemms` itself.
   static std::function<void()> on_own_stream(std::function<void()> gemms, std::vector<torch::Tensor> uses);

@@ -80,11 +80,8 @@ void Trainer::connect() {
   comm::CommOptions options = spec_.comm;
   options.device = spec_.device;
   comm_ = std::make_unique<comm::Communicator>(env, options);
-  if (comm_->cuda_device() >= 0) {
+  if (comm_->cuda_device() >= 0)
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm_->cuda_device()));
-    // before this rank allocates anything on its GPU (an experiment, off unless asked for)
-    parallel::DelayedWeightGrad::prioritise_compute_stream(device_);
-  }
   groups_ = std::make_unique<comm::ParallelGroups>(
       comm::make_parallel_groups(*comm_, static_cast<int>(par.tp), static_cast<int>(par.pp)));
   for (const auto& w : groups_->warnings) log::warn(w);

@@ -42,12 +42,14 @@ follows nccl copy_engine ""
 # the reduce-scatters' rows for each peer computed and pushed in 2 pieces (ME_TP_RS_SPLIT)
 ME_TP_RS_SPLIT=2 train copy_engine_split2 2 parallel.tp_comm_backend=copy_engine
 follows copy_engine copy_engine_split2 "with ME_TP_RS_SPLIT=2: "
-# the reduce-scatters waiting for each peer's arrival signal instead of a barrier (ME_TP_RS_SIGNALS):
-# the same sums in the same order; a signal ahead of its data shows as a wrong loss
-ME_TP_RS_SIGNALS=1 train copy_engine_signals 2 parallel.tp_comm_backend=copy_engine
-follows copy_engine copy_engine_signals "with ME_TP_RS_SIGNALS=1: " 1e-6
-ME_TP_AG_SIGNALS=1 train copy_engine_ag_signals 2 parallel.tp_comm_backend=copy_engine
-follows copy_engine copy_engine_ag_signals "with ME_TP_AG_SIGNALS=1: " 1e-6
+# the default: the reduce-scatters wait for each peer's arrival signal and the all-gathers' pulls for
+# each peer's publication signal; with ME_TP_RS_SIGNALS=0 / ME_TP_AG_SIGNALS=0, a barrier of all
+# ranks instead: the same sums in the same order, so the same losses; a signal ahead of its data
+# shows as a wrong loss
+ME_TP_RS_SIGNALS=0 train copy_engine_rs_barrier 2 parallel.tp_comm_backend=copy_engine
+follows copy_engine_rs_barrier copy_engine "signals against ME_TP_RS_SIGNALS=0: " 1e-6
+ME_TP_RS_SIGNALS=0 ME_TP_AG_SIGNALS=0 train copy_engine_barriers 2 parallel.tp_comm_backend=copy_engine
+follows copy_engine_barriers copy_engine "signals against both barriers: " 1e-6
 # the held weight-gradient GEMMs on a stream of their own with 16 SMs left free (ME_TP_WGRAD_STREAM):
 # the same GEMMs into the same main grads in the same order (cuBLAS may pick other kernels for
 # fewer SMs); a missed wait between the streams shows as a wrong gradient
@@ -73,18 +75,14 @@ if [ "$gpus" -ge 4 ]; then
   # and with the peers' rows of the all-gathers' GEMMs grouped (ME_TP_GATHER_GROUP: up to 3 at once)
   ME_TP_GATHER_GROUP=3 train tp4_copy_engine_grouped 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine tp4_copy_engine_grouped "tp 4 with ME_TP_GATHER_GROUP=3: "
-  ME_TP_RS_SIGNALS=1 train tp4_copy_engine_signals 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
-  follows tp4_copy_engine tp4_copy_engine_signals "tp 4 with ME_TP_RS_SIGNALS=1: " 1e-6
-  ME_TP_RS_SIGNALS=1 ME_TP_AG_SIGNALS=1 train tp4_copy_engine_all_signals 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
-  follows tp4_copy_engine tp4_copy_engine_all_signals "tp 4 with ME_TP_RS_SIGNALS=1 ME_TP_AG_SIGNALS=1: " 1e-6
-  ME_TP_RS_SIGNALS=1 ME_TP_RS_SPLIT=2 train tp4_copy_engine_signals_split2 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
-  follows tp4_copy_engine_signals tp4_copy_engine_signals_split2 "tp 4 with ME_TP_RS_SIGNALS=1 ME_TP_RS_SPLIT=2: "
+  ME_TP_RS_SIGNALS=0 ME_TP_AG_SIGNALS=0 train tp4_copy_engine_barriers 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
+  follows tp4_copy_engine_barriers tp4_copy_engine "tp 4, signals against both barriers: " 1e-6
+  ME_TP_AG_SIGNALS=0 train tp4_copy_engine_ag_barrier 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
+  follows tp4_copy_engine_barriers tp4_copy_engine_ag_barrier "tp 4, ME_TP_AG_SIGNALS=0: " 1e-6
+  ME_TP_RS_SPLIT=2 train tp4_copy_engine_split2 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
+  follows tp4_copy_engine tp4_copy_engine_split2 "tp 4 with ME_TP_RS_SPLIT=2: "
   ME_TP_WGRAD_STREAM=16 train tp4_copy_engine_wgrad_stream 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine tp4_copy_engine_wgrad_stream "tp 4 with ME_TP_WGRAD_STREAM=16: "
-  # the compute stream at high priority beside the wgrad stream: the same arithmetic, another schedule
-  ME_COMPUTE_STREAM_PRIORITY=high train tp4_copy_engine_wgrad_prio 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine \
-    parallel.tp_wgrad_stream=true
-  follows tp4_copy_engine tp4_copy_engine_wgrad_prio "tp 4, tp_wgrad_stream, ME_COMPUTE_STREAM_PRIORITY=high: "
   # tp 2 x dp 2: the data-parallel buckets' reductions wait for that stream too (fence)
   train tp2dp2 4 parallel.tp_comm_backend=copy_engine
   ME_TP_WGRAD_STREAM=16 train tp2dp2_wgrad_stream 4 parallel.tp_comm_backend=copy_engine
