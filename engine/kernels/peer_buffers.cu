@@ -287,7 +287,7 @@ void PeerBuffers::wait_arrivals(void* stream, bool timed) {
 
 PeerBuffers::TimedWaits PeerBuffers::timed_waits() const {
   // Every stream's timed waits finished and their counts written: the compute stream need not be
-  // the legacy default stream, which a plain cudaMemcpy would order after (ME_COMPUTE_STREAM_PRIORITY).
+  // the legacy default stream, which a plain cudaMemcpy would order after (a stream of LibTorch's pool, or one the caller made).
   check(cudaDeviceSynchronize(), "waiting for the timed barriers");
   std::vector<uint64_t> words(kCounterWords);
   check(cudaMemcpy(words.data(), device_epoch_, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost),
