@@ -25,9 +25,11 @@
 # code 4 points apart on two machines. Off by default: the sampler's NVML queries run beside the
 # timed steps, and every tp > 1 row of session 26 that had it (tp 2: 0.90 in three calls, against
 # 0.92-0.93 in sessions 21 and 24; tp 4: 0.70 with one rank's host far behind) came out lower.
-# The last column: with the copy engines, each rank's GPU time per step in the reduce-scatters'
-# barriers (waiting for the other ranks; counted on the GPU by the barrier kernel, so unprofiled,
-# from the 2L run's last log window), min/median/max over ranks, and the rank that waits least.
+# The last two columns: with the copy engines, each rank's GPU time per step in the reduce-scatters'
+# waits (for the other ranks; counted on the GPU by the wait kernel, so unprofiled, from the 2L
+# run's last log window), min/median/max over ranks, and the rank that waits least; then each
+# rank's host time per step blocked at the gradient norm (waiting for its GPU), likewise: near 0
+# for the least waiting rank, that rank's host sets the step's pace.
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -133,17 +135,21 @@ run() {
   # others (unprofiled: the last log window), min/median/max over ranks, and the rank that waits least.
   local waits
   waits=$(sed -n 's|.*GPU ms waiting at TP barriers over ranks (min/median/max): \([0-9./]*\) (min: rank \([0-9]*\)).*|\1,rank\2|p' "$log" | tail -1)
-  echo "${ms:-nan} ${exposed:-0} ${hostbound:--} $mhz ${waits:--}"
+  # Each host's time per step blocked at the gradient norm, waiting for its GPU (the last log
+  # window, unprofiled): near 0 on the rank whose host sets the pace.
+  local host_waits
+  host_waits=$(sed -n 's|.*host ms waiting for its GPU over ranks (min/median/max): \([0-9./]*\) (min: rank \([0-9]*\)).*|\1,rank\2|p' "$log" | tail -1)
+  echo "${ms:-nan} ${exposed:-0} ${hostbound:--} $mhz ${waits:--} ${host_waits:--}"
 }
 
-# runs MODEL LABEL TP OVERRIDES... -> "a e1 b e2 hostbound MHz waits": run's figures at L and 2L layers
-# (host-bound ranks, the SM clock and the barrier waits: the 2L run's)
+# runs MODEL LABEL TP OVERRIDES... -> "a e1 b e2 hostbound MHz waits hostwaits": run's figures at L and 2L
+# layers (host-bound ranks, the SM clock, the barrier waits and the hosts' waits: the 2L run's)
 runs() {
-  local model=$1 label=$2 tp=$3 a e1 b e2 hb mhz waits
+  local model=$1 label=$2 tp=$3 a e1 b e2 hb mhz waits hw
   shift 3
   read -r a e1 _ <<< "$(run "$model" "$L" "$tp" "$label" "$@")"
-  read -r b e2 hb mhz waits _ <<< "$(run "$model" $((2 * L)) "$tp" "$label" "$@")"
-  echo "$a $e1 $b $e2 ${hb:--} ${mhz:--} ${waits:--}"
+  read -r b e2 hb mhz waits hw _ <<< "$(run "$model" $((2 * L)) "$tp" "$label" "$@")"
+  echo "$a $e1 $b $e2 ${hb:--} ${mhz:--} ${waits:--} ${hw:--}"
 }
 # measured A B: both runs gave a time (not skipped at the deadline, not failed)
 measured() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]]; }
@@ -167,15 +173,15 @@ base = {r["variant"]: r["ms_per_layer"] for r in rows if r["tp"] == 1}
 for r in rows:
     b = base.get(r["variant"])
     eff = f'{b / (r["tp"] * r["ms_per_layer"]):.2f}' if b else "-"
-    print(f'| {sys.argv[2]} | PyTorch {r["variant"]}, tp {r["tp"]} | {8 * r["ms_per_layer"]:.1f} | {eff} | - | - | - | - |')
+    print(f'| {sys.argv[2]} | PyTorch {r["variant"]}, tp {r["tp"]} | {8 * r["ms_per_layer"]:.1f} | {eff} | - | - | - | - | - |')
 PY
 }
 
 # "SP" is the default backend (auto: the copy engines on one node), "SP nccl" NCCL's bulk gathers
 variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl;no SP:parallel.sequence_parallel=false"}
 {
-  echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) | SM MHz (2L run) | GPU ms per step at TP barriers, min/median/max, least waiting (2L run) |"
-  echo "|---|---|--:|--:|--:|--:|--:|--:|"
+  echo "| width | layout | ms per layer (step) | per-GPU efficiency | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) | SM MHz (2L run) | GPU ms per step at TP barriers, min/median/max, least waiting (2L run) | host ms per step waiting for its GPU, min/median/max, least waiting (2L run) |"
+  echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
   if [ -n "${ME_BENCH_SKIP_TP1:-}" ]; then
@@ -183,16 +189,16 @@ for model in $models; do
   else
     read -r a _ b _ _ mhz _ <<< "$(runs "$model" tp1 1)"
     base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
-    echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz | - |" >> "$out/table.md"
+    echo "| $model | tp 1 | $base | 1.00 | - | - | $mhz | - | - |" >> "$out/table.md"
   fi
   # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
   # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
   if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
     for g in $(seq 1 $((gpus - 1))); do
       read -r a _ b _ _ mhz _ <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
-      measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - | - | - |" >> "$out/table.md"; continue; }
+      measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - | - | - | - |" >> "$out/table.md"; continue; }
       awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v m="$model" -v g="$g" -v mhz="$mhz" 'BEGIN {
-        printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | - | - | %s | - |\n", m, g, (b - a) / l, base / ((b - a) / l), mhz }' >> "$out/table.md"
+        printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | - | - | %s | - | - |\n", m, g, (b - a) / l, base / ((b - a) / l), mhz }' >> "$out/table.md"
     done
   fi
   for tp in ${ME_BENCH_TPS:-2 4}; do
@@ -200,16 +206,16 @@ for model in $models; do
     IFS=';' read -ra list <<< "$variants"
     for variant in "${list[@]}"; do
       label=${variant%%:*} overrides=${variant#*:}
-      read -r a e1 b e2 hb mhz waits <<< "$(runs "$model" "${label// /_}" "$tp" $overrides)"
+      read -r a e1 b e2 hb mhz waits hw <<< "$(runs "$model" "${label// /_}" "$tp" $overrides)"
       if ! measured "$a" "$b"; then  # skipped at the deadline, or failed
-        echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - | - | - |" >> "$out/table.md"
+        echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - | - | - | - |" >> "$out/table.md"
         continue
       fi
-      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" -v mhz="$mhz" -v waits="$waits" 'BEGIN {
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" -v mhz="$mhz" -v waits="$waits" -v hw="$hw" 'BEGIN {
         layer = (b - a) / l
         exposed = (e1 == "ce" || e2 == "ce") ? "- (copy engines)" : sprintf("%.1f", (e2 - e1) / l)
         eff = base == "-" ? "-" : sprintf("%.2f", base / (tp * layer))
-        printf "| %s | tp %d + %s | %.1f | %s | %s | %s | %s | %s |\n", m, tp, lab, layer, eff, exposed, hb, mhz, waits }' >> "$out/table.md"
+        printf "| %s | tp %d + %s | %.1f | %s | %s | %s | %s | %s | %s |\n", m, tp, lab, layer, eff, exposed, hb, mhz, waits, hw }' >> "$out/table.md"
     done
   done
   [ -n "${ME_BENCH_TORCH_REF:-}" ] && torch_reference "$model"

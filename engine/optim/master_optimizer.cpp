@@ -1,6 +1,8 @@
 #include "engine/optim/master_optimizer.h"
 
+#include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
@@ -93,8 +95,13 @@ double MasterOptimizer::global_norm() {
   }
   if (model_parallel_) model_parallel_->all_reduce(sq, comm::ReduceOp::sum);
   if (sharded()) dp_->all_reduce(sq, comm::ReduceOp::sum);
-  return std::sqrt(sq.item<double>());
+  const auto t0 = std::chrono::steady_clock::now();
+  const double total = sq.item<double>();
+  norm_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::sqrt(total);
 }
+
+double MasterOptimizer::take_norm_wait_ms() { return std::exchange(norm_wait_ms_, 0.0); }
 
 void MasterOptimizer::update(double lr, double clip) {
   ++steps_;

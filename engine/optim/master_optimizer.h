@@ -71,6 +71,9 @@ class MasterOptimizer {
   // the optimizer's state (a load).
   std::vector<parallel::StateTensor> state_tensors(const std::vector<parallel::StateTensor>& params) const;
   int64_t steps() const { return steps_; }  // updates applied (Adam's bias correction counts them)
+  // The host's time blocked reading the gradient norm back since the last call (the step's one
+  // wait for the device): near 0 on a rank whose host, not its GPU, sets the pace.
+  double take_norm_wait_ms();
   void set_steps(int64_t steps) { steps_ = steps; }
 
  private:
@@ -95,6 +98,7 @@ class MasterOptimizer {
   std::vector<Segment> segments_;
   std::vector<parallel::FlatRange> shard_;  // the ranges of the flat buffers this rank updates
   int64_t steps_ = 0;
+  double norm_wait_ms_ = 0;  // see take_norm_wait_ms
   torch::Tensor step_count_, grad_divisor_;  // device scalars for LibTorch's fused AdamW kernel
   // engine/kernels' multi-tensor norm and AdamW (GPU, adamw): made at the first step; when it
   // refreshes the bf16 parameters itself, write_back has nothing left to do.

@@ -37,6 +37,12 @@ struct LogRecord {
   // and the rank that waits least (the one the others wait for); pacing_rank < 0: not measured.
   double barrier_ms_min = 0, barrier_ms_median = 0, barrier_ms_max = 0;
   int pacing_rank = -1;
+  // Several ranks on GPUs: each rank's host time per step blocked reading the gradient norm back
+  // (waiting for its GPU, and through the norm's all-reduce for the others), min / median / max
+  // over ranks, and the rank that waits least. Near 0 there: that rank's host launches its work
+  // no sooner than its GPU runs it and sets the pace. host_paced_rank < 0: not measured.
+  double host_wait_ms_min = 0, host_wait_ms_median = 0, host_wait_ms_max = 0;
+  int host_paced_rank = -1;
 };
 
 }  // namespace me::train

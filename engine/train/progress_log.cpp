@@ -113,6 +113,11 @@ void log_progress_line(const LogRecord& r) {
                   r.barrier_ms_min, r.barrier_ms_median, r.barrier_ms_max, r.pacing_rank);
     text += line;
   }
+  if (r.host_paced_rank >= 0) {
+    std::snprintf(line, sizeof line, " | host ms waiting for its GPU over ranks (min/median/max): %.2f/%.2f/%.2f (min: rank %d)",
+                  r.host_wait_ms_min, r.host_wait_ms_median, r.host_wait_ms_max, r.host_paced_rank);
+    text += line;
+  }
   log::info(text);
   if (r.phases.any()) {
     std::string phases = " phases (ms per iteration, synchronised):";

@@ -87,7 +87,7 @@ LogRecord Trainer::close_window(LogWindow& window, const StepResult& r, Summary&
   rec.phases = phases_.take(window.steps_closed());
   rec.eta_s = eta_seconds(rec.ms_per_iter);
   measure_stragglers(rec, rec.ms_per_iter * static_cast<double>(window.steps_closed()), window.waited_ms(),
-                     window.steps_closed(), tp_barrier_ms_per_step(window.steps_closed()));
+                     window.steps_closed(), optimizer_->take_norm_wait_ms(), tp_barrier_ms_per_step(window.steps_closed()));
   const bool eval_now =
       t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == plan_.iters);
   if (eval_now) s.val_loss = rec.val_loss = evaluate();

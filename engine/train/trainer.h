@@ -135,7 +135,7 @@ class Trainer {
   void test_faults_after_backward();
   void report_non_finite(double norm);
   void after_non_finite(double norm);
-  void measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps,
+  void measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps, double host_wait_ms,
                           double barrier_ms = -1);
   double tp_barrier_ms_per_step(int64_t steps);  // < 0 without copy-engine collectives
   double eta_seconds(double ms_per_iter) const;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <thread>
 
 #include "engine/core/format.h"
@@ -163,21 +164,32 @@ Spread spread_of(std::vector<std::pair<double, int>>& values) {
 // own median and is never found.)
 // With barrier_ms >= 0 (this rank's GPU time per step waiting at the copy-engine barriers), the
 // same gather gives their spread and the rank that waits least (bench/speed/tp_width.sh reads it:
-// a profile's host overhead changes which rank paces, this does not).
+// a profile's host overhead changes which rank paces, this cannot). On GPUs it also gives the
+// host's time blocked at the gradient norm (host_wait_ms, the window's): the rank that waits
+// least there is the one whose host the others wait for, when that is near 0.
 void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps,
-                                 double barrier_ms) {
+                                 double host_wait_ms, double barrier_ms) {
   if (!comm_ || comm_->world_size() == 1) return;
   const double own = std::max(0.0, (window_ms - window_waited_ms) / static_cast<double>(steps));
-  const auto all = comm_->all_gather_object(std::to_string(own) + " " + std::to_string(barrier_ms));
-  std::vector<std::pair<double, int>> by_time, by_wait;
+  const double host_wait = host_wait_ms / static_cast<double>(steps);
+  const auto all = comm_->all_gather_object(cat(own, " ", barrier_ms, " ", host_wait));
+  std::vector<std::pair<double, int>> by_time, by_wait, by_host_wait;
   for (size_t r = 0; r < all.size(); ++r) {
-    const auto space = all[r].find(' ');
-    by_time.emplace_back(std::stod(all[r].substr(0, space)), static_cast<int>(r));
-    by_wait.emplace_back(std::stod(all[r].substr(space + 1)), static_cast<int>(r));
+    std::istringstream in(all[r]);
+    double t = 0, w = 0, h = 0;
+    ME_CHECK(static_cast<bool>(in >> t >> w >> h), "rank ", r, "'s step times could not be read: '", all[r], "'");
+    by_time.emplace_back(t, static_cast<int>(r));
+    by_wait.emplace_back(w, static_cast<int>(r));
+    by_host_wait.emplace_back(h, static_cast<int>(r));
   }
   if (const auto w = spread_of(by_wait); w.min >= 0) {  // every rank measured (they share the backend)
     rec.barrier_ms_min = w.min, rec.barrier_ms_median = w.median, rec.barrier_ms_max = w.max;
     rec.pacing_rank = w.min_rank;
+  }
+  if (device_.is_cuda()) {  // on the CPU the norm is read back from a finished host computation
+    const auto h = spread_of(by_host_wait);
+    rec.host_wait_ms_min = h.min, rec.host_wait_ms_median = h.median, rec.host_wait_ms_max = h.max;
+    rec.host_paced_rank = h.min_rank;
   }
   const auto t = spread_of(by_time);  // by_time sorted, for the median of the others below
   rec.rank_ms_min = t.min, rec.rank_ms_median = t.median, rec.rank_ms_max = t.max;

@@ -63,5 +63,13 @@ TEST_CASE("the progress line gives each rank's own step time and TP barrier wait
     const auto line = progress_line(r);
     // tp_width.sh's sed expression reads exactly this
     CHECK_THAT(line, Catch::Contains("GPU ms waiting at TP barriers over ranks (min/median/max): 0.98/2.47/2.60 (min: rank 3)"));
+    CHECK_THAT(line, !Catch::Contains("waiting for its GPU"));
+  }
+  SECTION("on GPUs: each host's wait for its GPU at the gradient norm, and the rank that waits least") {
+    r.rank_ms_min = 107.4, r.rank_ms_median = 107.5, r.rank_ms_max = 107.9, r.slowest_rank = 1;
+    r.host_wait_ms_min = 0.04, r.host_wait_ms_median = 11.5, r.host_wait_ms_max = 12.25, r.host_paced_rank = 2;
+    const auto line = progress_line(r);
+    CHECK_THAT(line, Catch::Contains("host ms waiting for its GPU over ranks (min/median/max): 0.04/11.50/12.25 (min: rank 2)"));
+    CHECK_THAT(line, !Catch::Contains("TP barriers"));
   }
 }
