@@ -132,6 +132,22 @@ StreamValue64 stream_wait_value64() {
   return fn;
 }
 
+// Queues `fn`(stream, word, value, flags) unless this object already fell back to kernels
+// (`by_kernel`); true when the driver took it. On its first refusal (or a missing entry point)
+// says so once and sets `by_kernel`, and the caller's kernel does it from then on: a kernel
+// needs an SM, which a GEMM beside it may hold a while.
+bool by_driver(bool& by_kernel, StreamValue64 fn, const char* name, void* stream, void* word, uint64_t value,
+               unsigned int flags) {
+  if (by_kernel) return false;
+  const CUresult r = fn ? fn(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), value, flags)
+                        : CUDA_ERROR_NOT_SUPPORTED;
+  if (r == CUDA_SUCCESS) return true;
+  std::fprintf(stderr, "PeerBuffers: %s on a signal pad failed (CUresult %d); a kernel does it instead\n", name,
+               static_cast<int>(r));
+  by_kernel = true;
+  return false;
+}
+
 }  // namespace
 
 PeerBuffers::PeerBuffers(int rank, int size, size_t slot_bytes) : rank_(rank), size_(size), slot_bytes_(slot_bytes) {
@@ -233,17 +249,9 @@ void PeerBuffers::signal(int area, int to, void* stream) {
   // one stream signals a given rank in an area, in order, so the host's count is the GPU's).
   auto* word = reinterpret_cast<uint64_t*>(regions_[static_cast<size_t>(to)]) + area + rank_;
   const uint64_t n = ++sent(area, to);
-  if (!signal_by_kernel_) {
-    const auto write = stream_write_value64();
-    const CUresult r = write ? write(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
-                                     CU_STREAM_WRITE_VALUE_DEFAULT)
-                             : CUDA_ERROR_NOT_SUPPORTED;
-    if (r == CUDA_SUCCESS) return;
-    // Said once, then a kernel signals: it needs an SM, which a GEMM beside it may hold a while.
-    std::fprintf(stderr, "PeerBuffers: cuStreamWriteValue64 into a peer's signal pad failed (CUresult %d); "
-                 "a kernel signals instead\n", static_cast<int>(r));
-    signal_by_kernel_ = true;
-  }
+  if (by_driver(signal_by_kernel_, stream_write_value64(), "cuStreamWriteValue64", stream, word, n,
+                CU_STREAM_WRITE_VALUE_DEFAULT))
+    return;
   signal_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, n);
   check(cudaGetLastError(), "signal kernel launch");
 }
@@ -261,16 +269,8 @@ void PeerBuffers::wait_published(int from, void* stream) {
   not_capturing(stream, "wait_published");
   const uint64_t n = sent(kPublishedWords, from);
   auto* word = reinterpret_cast<uint64_t*>(mine_) + kPublishedWords + from;
-  if (!wait_by_kernel_) {
-    const auto wait = stream_wait_value64();
-    const CUresult r = wait ? wait(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), n,
-                                   CU_STREAM_WAIT_VALUE_GEQ)
-                            : CUDA_ERROR_NOT_SUPPORTED;
-    if (r == CUDA_SUCCESS) return;
-    std::fprintf(stderr, "PeerBuffers: cuStreamWaitValue64 on this rank's signal pad failed (CUresult %d); "
-                 "a kernel waits instead\n", static_cast<int>(r));
-    wait_by_kernel_ = true;
-  }
+  if (by_driver(wait_by_kernel_, stream_wait_value64(), "cuStreamWaitValue64", stream, word, n, CU_STREAM_WAIT_VALUE_GEQ))
+    return;
   wait_value_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(word, n);
   check(cudaGetLastError(), "wait kernel launch");
 }
