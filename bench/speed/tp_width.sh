@@ -81,6 +81,12 @@ print(" ".join([str(min(each.values()))] + [f"{g}:{each[g]}" for g in sorted(eac
 PY
 }
 
+# spread_over_ranks WHAT LOG -> "min/median/max,rankR" of the log's last "WHAT over ranks
+# (min/median/max): a/b/c (min: rank R)" (a progress line's figure gathered over ranks), or nothing
+spread_over_ranks() {
+  sed -n "s|.*$1 over ranks (min/median/max): \([0-9./]*\) (min: rank \([0-9]*\)).*|\1,rank\2|p" "$2" | tail -1
+}
+
 # run MODEL LAYERS TP LABEL OVERRIDES... -> ms per step (median window), exposed comm ms per step, host-bound ranks, SM MHz
 run() {
   local model=$1 layers=$2 tp=$3 label=$4
@@ -134,11 +140,11 @@ run() {
   # The copy engines' reduce-scatter barriers: each rank's GPU time per step waiting there for the
   # others (unprofiled: the last log window), min/median/max over ranks, and the rank that waits least.
   local waits
-  waits=$(sed -n 's|.*GPU ms waiting at TP barriers over ranks (min/median/max): \([0-9./]*\) (min: rank \([0-9]*\)).*|\1,rank\2|p' "$log" | tail -1)
+  waits=$(spread_over_ranks "GPU ms waiting at TP barriers" "$log")
   # Each host's time per step blocked at the gradient norm, waiting for its GPU (the last log
   # window, unprofiled): near 0 on the rank whose host sets the pace.
   local host_waits
-  host_waits=$(sed -n 's|.*host ms waiting for its GPU over ranks (min/median/max): \([0-9./]*\) (min: rank \([0-9]*\)).*|\1,rank\2|p' "$log" | tail -1)
+  host_waits=$(spread_over_ranks "host ms waiting for its GPU" "$log")
   echo "${ms:-nan} ${exposed:-0} ${hostbound:--} $mhz ${waits:--} ${host_waits:--}"
 }
 

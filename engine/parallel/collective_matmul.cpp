@@ -98,6 +98,12 @@ at::cuda::CUDAEvent& reused_event(c10::DeviceIndex device, int use) {
 }
 enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 1 + 2 * kMaxPeers, kInputReady };
 
+// A default that the environment variable `name` turns off when it is "0" (a diagnosis).
+bool on_unless_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && std::string(v) == "0");
+}
+
 // Whether the all-gathers' pulls wait for their peer's signal that its rows are in its slot,
 // each pull for its own peer only, instead of a barrier of all ranks before the first: the
 // default; ME_TP_AG_SIGNALS=0 brings the barrier back (a diagnosis: the same copies in the same
@@ -105,10 +111,7 @@ enum EventUse { kPublished = 0, kArrived = 1, kPushed = 1 + kMaxPeers, kReady = 
 // an all-gather's barrier would make them meet there instead (thirtieth session, 4 x H100:
 // both signals faster than both barriers in five paired runs of tp 4 + SP, 0.2-0.4 ms a layer in four).
 bool gather_signals() {
-  static const bool on = [] {
-    const char* v = std::getenv("ME_TP_AG_SIGNALS");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = on_unless_zero("ME_TP_AG_SIGNALS");
   return on;
 }
 
@@ -257,10 +260,7 @@ void sum_received(const torch::Tensor& own, torch::Tensor& out, int s, kernels::
 // barrier back. The sum needs only the pushes into this rank, and two of the three peers push a
 // chunk or two before their GEMMs end; a barrier also waited for the slowest rank's own pushes.
 bool reduce_scatter_signals() {
-  static const bool on = [] {
-    const char* v = std::getenv("ME_TP_RS_SIGNALS");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = on_unless_zero("ME_TP_RS_SIGNALS");
   return on;
 }
 
