@@ -151,23 +151,27 @@ run() {
   # window, unprofiled): near 0 on the rank whose host sets the pace.
   local host_waits
   host_waits=$(spread_over_ranks "host ms waiting for its GPU" "$log")
-  echo "${ms:-nan} ${exposed:-0} ${hostbound:--} $mhz ${waits:--} ${host_waits:--} ${best:-nan}"
+  # Each host's lead over its GPU where it queues a micro-batch (the median over the window's
+  # marks), likewise: near 0 for a rank whose host is behind its GPU through the step.
+  local leads
+  leads=$(spread_over_ranks "host ms ahead of its GPU at micro-batches (each rank's median)" "$log")
+  echo "${ms:-nan} ${exposed:-0} ${hostbound:--} $mhz ${waits:--} ${host_waits:--} ${best:-nan} ${leads:--}"
 }
 
 # measured A B: both runs gave a time (not skipped at the deadline, not failed)
 measured() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]]; }
 
-# runs MODEL LABEL TP OVERRIDES... -> "a e1 b e2 hostbound MHz waits hostwaits best": run's figures at L and
-# 2L layers (host-bound ranks, the SM clock, the barrier waits and the hosts' waits: the 2L run's;
-# best: the ms per layer from the two runs' fastest windows)
+# runs MODEL LABEL TP OVERRIDES... -> "a e1 b e2 hostbound MHz waits hostwaits best leads": run's figures at
+# L and 2L layers (host-bound ranks, the SM clock, the barrier waits, the hosts' waits and their
+# leads: the 2L run's; best: the ms per layer from the two runs' fastest windows)
 runs() {
-  local model=$1 label=$2 tp=$3 a e1 b e2 hb mhz waits hw fa fb
+  local model=$1 label=$2 tp=$3 a e1 b e2 hb mhz waits hw fa fb leads
   shift 3
   read -r a e1 _ _ _ _ fa _ <<< "$(run "$model" "$L" "$tp" "$label" "$@")"
-  read -r b e2 hb mhz waits hw fb _ <<< "$(run "$model" $((2 * L)) "$tp" "$label" "$@")"
+  read -r b e2 hb mhz waits hw fb leads _ <<< "$(run "$model" $((2 * L)) "$tp" "$label" "$@")"
   local best=-
   measured "$fa" "$fb" && best=$(awk -v a="$fa" -v b="$fb" -v l="$L" 'BEGIN { printf "%.1f", (b - a) / l }')
-  echo "$a $e1 $b $e2 ${hb:--} ${mhz:--} ${waits:--} ${hw:--} $best"
+  echo "$a $e1 $b $e2 ${hb:--} ${mhz:--} ${waits:--} ${hw:--} $best ${leads:--}"
 }
 
 # Plain PyTorch's layer of MODEL's width at tp 1 and each tp (bench/reference/tp_layer_ref.py), as rows
@@ -189,32 +193,32 @@ base = {r["variant"]: r["ms_per_layer"] for r in rows if r["tp"] == 1}
 for r in rows:
     b = base.get(r["variant"])
     eff = f'{b / (r["tp"] * r["ms_per_layer"]):.2f}' if b else "-"
-    print(f'| {sys.argv[2]} | PyTorch {r["variant"]}, tp {r["tp"]} | {8 * r["ms_per_layer"]:.1f} | {eff} | - | - | - | - | - | - |')
+    print(f'| {sys.argv[2]} | PyTorch {r["variant"]}, tp {r["tp"]} | {8 * r["ms_per_layer"]:.1f} | {eff} | - | - | - | - | - | - | - |')
 PY
 }
 
 # "SP" is the default backend (auto: the copy engines on one node), "SP nccl" NCCL's bulk gathers
 variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl;no SP:parallel.sequence_parallel=false"}
 {
-  echo "| width | layout | ms per layer (step) | per-GPU efficiency | the same from each run's fastest window | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) | SM MHz (2L run) | GPU ms per step at TP barriers, min/median/max, least waiting (2L run) | host ms per step waiting for its GPU, min/median/max, least waiting (2L run) |"
-  echo "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+  echo "| width | layout | ms per layer (step) | per-GPU efficiency | the same from each run's fastest window | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) | SM MHz (2L run) | GPU ms per step at TP barriers, min/median/max, least waiting (2L run) | host ms per step waiting for its GPU, min/median/max, least waiting (2L run) | host ms ahead of its GPU at micro-batches (each rank's median), min/median/max, least (2L run) |"
+  echo "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
 } > "$out/table.md"
 for model in $models; do
   if [ -n "${ME_BENCH_SKIP_TP1:-}" ]; then
     base=- base_best=-
   else
-    read -r a _ b _ _ mhz _ _ base_best <<< "$(runs "$model" tp1 1)"
+    read -r a _ b _ _ mhz _ _ base_best _ <<< "$(runs "$model" tp1 1)"
     base=$(awk -v a="$a" -v b="$b" -v l="$L" 'BEGIN { print (b - a) / l }')
-    echo "| $model | tp 1 | $base | 1.00 | $base_best, 1.00 | - | - | $mhz | - | - |" >> "$out/table.md"
+    echo "| $model | tp 1 | $base | 1.00 | $base_best, 1.00 | - | - | $mhz | - | - | - |" >> "$out/table.md"
   fi
   # A tp group runs at its slowest GPU's pace: the same layer on each other GPU says whether GPU 0
   # (tp 1's) is faster than the rest (the efficiencies below are against GPU 0).
   if [ -n "${ME_BENCH_TP1_EACH_GPU:-}" ]; then
     for g in $(seq 1 $((gpus - 1))); do
-      read -r a _ b _ _ mhz _ _ best <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
-      measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - | - | - | - | - |" >> "$out/table.md"; continue; }
+      read -r a _ b _ _ mhz _ _ best _ <<< "$(runs "$model" "tp1-gpu$g" 1 CUDA_VISIBLE_DEVICES=$g)"
+      measured "$a" "$b" || { echo "| $model | tp 1 on GPU $g | not measured | - | - | - | - | - | - | - | - |" >> "$out/table.md"; continue; }
       awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v m="$model" -v g="$g" -v mhz="$mhz" -v best="$best" 'BEGIN {
-        printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | %s | - | - | %s | - | - |\n", m, g, (b - a) / l, base / ((b - a) / l), best, mhz }' >> "$out/table.md"
+        printf "| %s | tp 1 on GPU %d | %.1f | %.2f of GPU 0 | %s | - | - | %s | - | - | - |\n", m, g, (b - a) / l, base / ((b - a) / l), best, mhz }' >> "$out/table.md"
     done
   fi
   for tp in ${ME_BENCH_TPS:-2 4}; do
@@ -222,17 +226,17 @@ for model in $models; do
     IFS=';' read -ra list <<< "$variants"
     for variant in "${list[@]}"; do
       label=${variant%%:*} overrides=${variant#*:}
-      read -r a e1 b e2 hb mhz waits hw best <<< "$(runs "$model" "${label// /_}" "$tp" $overrides)"
+      read -r a e1 b e2 hb mhz waits hw best leads <<< "$(runs "$model" "${label// /_}" "$tp" $overrides)"
       if ! measured "$a" "$b"; then  # skipped at the deadline, or failed
-        echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - | - | - | - | - |" >> "$out/table.md"
+        echo "| $model | tp $tp + $label | not measured ($a, $b) | - | - | - | - | - | - | - | - |" >> "$out/table.md"
         continue
       fi
-      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" -v mhz="$mhz" -v waits="$waits" -v hw="$hw" -v best="$best" -v base_best="$base_best" 'BEGIN {
+      awk -v a="$a" -v b="$b" -v l="$L" -v base="$base" -v tp="$tp" -v e1="$e1" -v e2="$e2" -v m="$model" -v lab="$label" -v hb="$hb" -v mhz="$mhz" -v waits="$waits" -v hw="$hw" -v best="$best" -v base_best="$base_best" -v leads="$leads" 'BEGIN {
         layer = (b - a) / l
         exposed = (e1 == "ce" || e2 == "ce") ? "- (copy engines)" : sprintf("%.1f", (e2 - e1) / l)
         eff = base == "-" ? "-" : sprintf("%.2f", base / (tp * layer))
         fastest = best == "-" ? "-" : (base_best == "-" ? best : sprintf("%s, %.2f", best, base_best / (tp * best)))
-        printf "| %s | tp %d + %s | %.1f | %s | %s | %s | %s | %s | %s | %s |\n", m, tp, lab, layer, eff, fastest, exposed, hb, mhz, waits, hw }' >> "$out/table.md"
+        printf "| %s | tp %d + %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, tp, lab, layer, eff, fastest, exposed, hb, mhz, waits, hw, leads }' >> "$out/table.md"
     done
   done
   [ -n "${ME_BENCH_TORCH_REF:-}" ] && torch_reference "$model"

@@ -43,6 +43,12 @@ struct LogRecord {
   // no sooner than its GPU runs it and sets the pace. host_paced_rank < 0: not measured.
   double host_wait_ms_min = 0, host_wait_ms_median = 0, host_wait_ms_max = 0;
   int host_paced_rank = -1;
+  // Several ranks on GPUs: each host's lead over its GPU where it queues a micro-batch's forward
+  // or backward (HostLead), the median over the window's marks, min / median / max over ranks,
+  // the rank with the least; and the least single lead of any rank. A median near 0: that host
+  // is behind its GPU through the step. host_lead_rank < 0: not measured.
+  double host_lead_ms_min = 0, host_lead_ms_median = 0, host_lead_ms_max = 0, host_lead_least_ms = 0;
+  int host_lead_rank = -1;
 };
 
 }  // namespace me::train

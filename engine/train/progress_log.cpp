@@ -118,6 +118,13 @@ void log_progress_line(const LogRecord& r) {
                   r.host_wait_ms_min, r.host_wait_ms_median, r.host_wait_ms_max, r.host_paced_rank);
     text += line;
   }
+  if (r.host_lead_rank >= 0) {
+    std::snprintf(line, sizeof line,
+                  " | host ms ahead of its GPU at micro-batches (each rank's median) over ranks (min/median/max): "
+                  "%.2f/%.2f/%.2f (min: rank %d), least of all %.2f",
+                  r.host_lead_ms_min, r.host_lead_ms_median, r.host_lead_ms_max, r.host_lead_rank, r.host_lead_least_ms);
+    text += line;
+  }
   log::info(text);
   if (r.phases.any()) {
     std::string phases = " phases (ms per iteration, synchronised):";

@@ -87,7 +87,8 @@ LogRecord Trainer::close_window(LogWindow& window, const StepResult& r, Summary&
   rec.phases = phases_.take(window.steps_closed());
   rec.eta_s = eta_seconds(rec.ms_per_iter);
   measure_stragglers(rec, rec.ms_per_iter * static_cast<double>(window.steps_closed()), window.waited_ms(),
-                     window.steps_closed(), optimizer_->take_norm_wait_ms(), tp_barrier_ms_per_step(window.steps_closed()));
+                     window.steps_closed(), optimizer_->take_norm_wait_ms(), tp_barrier_ms_per_step(window.steps_closed()),
+                     host_lead_->take());
   const bool eval_now =
       t.eval_iters > 0 && ((t.eval_interval > 0 && iteration_ % t.eval_interval == 0) || iteration_ == plan_.iters);
   if (eval_now) s.val_loss = rec.val_loss = evaluate();
@@ -144,6 +145,7 @@ StepResult Trainer::step_async() {
 StepResult Trainer::run_step() {
   const double t0 = now_ms();
   test_faults_before_step();
+  host_lead_->start_step();
   phases_.start();
   model_->train();
   auto [tokens, labels] = next_batch();
@@ -161,6 +163,7 @@ StepResult Trainer::run_step() {
   r.grad_norm = optimizer_->step(r.lr);
   if (fp8_) ++fp8_->weights_version;  // the layers' cached fp8 weights are stale now
   read_control();
+  host_lead_->end_step();  // after the norm's read-back: every mark's work is done
   r.skipped = !accept_update(r.grad_norm);
   phases_.mark(Phase::optimizer);
   last_loss_ = loss;
@@ -187,6 +190,7 @@ PipelineSchedule::Hooks Trainer::pipeline_hooks() {
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
   };
   hooks.mark = [this](Phase phase) { phases_.mark(phase); };
+  hooks.before_micro_batch = [this] { host_lead_->mark(); };
   return hooks;
 }
 

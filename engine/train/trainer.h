@@ -25,6 +25,7 @@
 #include "engine/parallel/symmetric_slots.h"
 #include "engine/parallel/finalize_grads.h"
 #include "engine/parallel/grad_buffer.h"
+#include "engine/train/host_lead.h"
 #include "engine/train/log_record.h"
 #include "engine/train/progress_log.h"
 #include "engine/train/pipeline.h"
@@ -136,7 +137,7 @@ class Trainer {
   void report_non_finite(double norm);
   void after_non_finite(double norm);
   void measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps, double host_wait_ms,
-                          double barrier_ms = -1);
+                          double barrier_ms = -1, HostLead::Window lead = {});
   double tp_barrier_ms_per_step(int64_t steps);  // < 0 without copy-engine collectives
   double eta_seconds(double ms_per_iter) const;
 
@@ -173,6 +174,9 @@ class Trainer {
   double flops_per_iteration_ = 0;
   torch::Tensor last_loss_;
   PhaseTimer phases_;
+  // How far the host runs ahead of its GPU (GPUs, several ranks: the progress line); one GPU
+  // alone records nothing.
+  std::unique_ptr<HostLead> host_lead_;
   std::unique_ptr<checkpoint::DirLock> dir_lock_;      // rank 0's lock on checkpoint.dir, held to the end
   std::unique_ptr<checkpoint::CheckpointSaver> saver_;  // checkpoint.dir set
   std::string resume_from_;        // the iteration directory to resume from; "" if none

@@ -58,6 +58,7 @@ Trainer::Trainer(config::Recipe spec)
   if (spec_.train.deterministic) deterministic_settings_ = apply_deterministic_mode();
   if (spec_.precision == "fp16") scaler_ = std::make_unique<optim::LossScaler>();
   connect();
+  host_lead_ = std::make_unique<HostLead>(device_.is_cuda() && comm_ && comm_->world_size() > 1);
   check_output_dirs();
   plan_batches();
   find_checkpoint();

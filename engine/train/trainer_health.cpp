@@ -166,21 +166,27 @@ Spread spread_of(std::vector<std::pair<double, int>>& values) {
 // same gather gives their spread and the rank that waits least (bench/speed/tp_width.sh reads it:
 // a profile's host overhead changes which rank paces, this cannot). On GPUs it also gives the
 // host's time blocked at the gradient norm (host_wait_ms, the window's): the rank that waits
-// least there is the one whose host the others wait for, when that is near 0.
+// least there is the one whose host the others wait for, when that is near 0; and each host's
+// lead over its GPU at its micro-batches' starts (HostLead: the median and the least over the
+// window), which says where in the step a host falls behind, not only at its end.
 void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window_waited_ms, int64_t steps,
-                                 double host_wait_ms, double barrier_ms) {
+                                 double host_wait_ms, double barrier_ms, HostLead::Window lead) {
   if (!comm_ || comm_->world_size() == 1) return;
   const double own = std::max(0.0, (window_ms - window_waited_ms) / static_cast<double>(steps));
   const double host_wait = host_wait_ms / static_cast<double>(steps);
-  const auto all = comm_->all_gather_object(cat(own, " ", barrier_ms, " ", host_wait));
-  std::vector<std::pair<double, int>> by_time, by_wait, by_host_wait;
+  const auto all =
+      comm_->all_gather_object(cat(own, " ", barrier_ms, " ", host_wait, " ", lead.median_ms, " ", lead.least_ms));
+  std::vector<std::pair<double, int>> by_time, by_wait, by_host_wait, by_lead;
+  double least_lead = -1;
   for (size_t r = 0; r < all.size(); ++r) {
     std::istringstream in(all[r]);
-    double t = 0, w = 0, h = 0;
-    ME_CHECK(static_cast<bool>(in >> t >> w >> h), "rank ", r, "'s step times could not be read: '", all[r], "'");
+    double t = 0, w = 0, h = 0, lm = 0, ll = 0;
+    ME_CHECK(static_cast<bool>(in >> t >> w >> h >> lm >> ll), "rank ", r, "'s step times could not be read: '", all[r], "'");
     by_time.emplace_back(t, static_cast<int>(r));
     by_wait.emplace_back(w, static_cast<int>(r));
     by_host_wait.emplace_back(h, static_cast<int>(r));
+    by_lead.emplace_back(lm, static_cast<int>(r));
+    if (ll >= 0 && (least_lead < 0 || ll < least_lead)) least_lead = ll;
   }
   if (const auto w = spread_of(by_wait); w.min >= 0) {  // every rank measured (they share the backend)
     rec.barrier_ms_min = w.min, rec.barrier_ms_median = w.median, rec.barrier_ms_max = w.max;
@@ -190,6 +196,11 @@ void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window
     const auto h = spread_of(by_host_wait);
     rec.host_wait_ms_min = h.min, rec.host_wait_ms_median = h.median, rec.host_wait_ms_max = h.max;
     rec.host_paced_rank = h.min_rank;
+  }
+  if (const auto l = spread_of(by_lead); l.min >= 0) {  // every rank read its marks
+    rec.host_lead_ms_min = l.min, rec.host_lead_ms_median = l.median, rec.host_lead_ms_max = l.max;
+    rec.host_lead_least_ms = least_lead;
+    rec.host_lead_rank = l.min_rank;
   }
   const auto t = spread_of(by_time);  // by_time sorted, for the median of the others below
   rec.rank_ms_min = t.min, rec.rank_ms_median = t.median, rec.rank_ms_max = t.max;

@@ -71,5 +71,15 @@ TEST_CASE("the progress line gives each rank's own step time and TP barrier wait
     const auto line = progress_line(r);
     CHECK_THAT(line, Catch::Contains("host ms waiting for its GPU over ranks (min/median/max): 0.04/11.50/12.25 (min: rank 2)"));
     CHECK_THAT(line, !Catch::Contains("TP barriers"));
+    CHECK_THAT(line, !Catch::Contains("ahead of its GPU"));
+  }
+  SECTION("on GPUs: each host's lead over its GPU at its micro-batches, and the rank with the least") {
+    r.rank_ms_min = 107.4, r.rank_ms_median = 107.5, r.rank_ms_max = 107.9, r.slowest_rank = 1;
+    r.host_lead_ms_min = 0.01, r.host_lead_ms_median = 3.5, r.host_lead_ms_max = 9.25, r.host_lead_least_ms = 0;
+    r.host_lead_rank = 3;
+    const auto line = progress_line(r);
+    // tp_width.sh reads it with spread_over_ranks
+    CHECK_THAT(line, Catch::Contains("host ms ahead of its GPU at micro-batches (each rank's median) over ranks "
+                                     "(min/median/max): 0.01/3.50/9.25 (min: rank 3), least of all 0.00"));
   }
 }

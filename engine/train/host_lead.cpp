@@ -1,0 +1,105 @@
+#include "engine/train/host_lead.h"
+
+#include "engine/core/torch_compat.h"  // ME_TORCH_HAS_CUDA
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#if ME_TORCH_HAS_CUDA
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#endif
+
+namespace me::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}
+
+struct HostLead::Impl {
+#if ME_TORCH_HAS_CUDA
+  struct Mark {
+    cudaEvent_t event = nullptr;  // with timing, reused from step to step
+    Clock::time_point at;
+  };
+  std::vector<Mark> marks;  // marks[0]: the step's start
+  size_t used = 0;          // marks recorded in the current step
+#endif
+  std::vector<double> leads;  // ms, since the last take()
+
+  ~Impl() {
+#if ME_TORCH_HAS_CUDA
+    for (auto& m : marks) cudaEventDestroy(m.event);
+#endif
+  }
+
+  void record() {
+#if ME_TORCH_HAS_CUDA
+    if (used == marks.size()) {
+      Mark m;
+      if (cudaEventCreate(&m.event) != cudaSuccess) {  // no figure rather than a failed step
+        cudaGetLastError();
+        return;
+      }
+      marks.push_back(m);
+    }
+    auto& m = marks[used];
+    m.at = Clock::now();
+    if (cudaEventRecord(m.event, c10::cuda::getCurrentCUDAStream().stream()) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    ++used;
+#endif
+  }
+
+  // The marks of the step that ended (all done: the step read its gradient norm back; a mark
+  // whose event is not, which should not happen, ends the reading rather than wait).
+  void read_step() {
+#if ME_TORCH_HAS_CUDA
+    for (size_t i = 2; i < used; ++i) {  // 0: the step's start, 1: its first forward (see take)
+      float gpu_ms = 0;
+      if (cudaEventElapsedTime(&gpu_ms, marks[0].event, marks[i].event) != cudaSuccess) {
+        cudaGetLastError();
+        break;
+      }
+      const double host_ms = std::chrono::duration<double, std::milli>(marks[i].at - marks[0].at).count();
+      leads.push_back(std::max(0.0, static_cast<double>(gpu_ms) - host_ms));
+    }
+    used = 0;
+#endif
+  }
+};
+
+HostLead::HostLead(bool cuda) : impl_(cuda ? std::make_unique<Impl>() : nullptr) {}
+HostLead::~HostLead() = default;
+
+void HostLead::start_step() {
+  if (!impl_) return;
+#if ME_TORCH_HAS_CUDA
+  impl_->used = 0;
+#endif
+  impl_->record();
+}
+
+void HostLead::end_step() {
+  if (impl_) impl_->read_step();
+}
+
+void HostLead::mark() {
+  if (impl_) impl_->record();
+}
+
+HostLead::Window HostLead::take() {
+  Window w;
+  if (!impl_ || impl_->leads.empty()) return w;
+  auto& v = impl_->leads;
+  std::sort(v.begin(), v.end());
+  w.least_ms = v.front();
+  w.median_ms = v[v.size() / 2];
+  v.clear();
+  return w;
+}
+
+}  // namespace me::train
