@@ -220,15 +220,6 @@ void push_partial(const torch::Tensor& piece, int to, int s, size_t offset, kern
                              stream.stream());
 }
 
-// How many pieces each peer's rows of the copy engines' reduce-scatter are computed and pushed in
-// (ME_TP_RS_SPLIT; 1, the default: one). A measurement to make, not yet a setting: the push of the
-// last peer's rows runs beside this rank's own GEMM, and in N pieces only its last 1/N waits after
-// it (GPT-39B width, tp 4: 35 us pushes against 25 us GEMMs), against GEMMs 1/N as tall.
-int reduce_scatter_split() {
-  static const int split = experiment_count("ME_TP_RS_SPLIT");
-  return split;
-}
-
 // This rank's own chunk plus what each peer pushed into slot s, then `bias` if given, in one pass
 // (kernels::sum_parts, the bits of an add_ per part in this order), into `out`: own itself, or a
 // new tensor.
@@ -468,23 +459,18 @@ torch::Tensor reduce_scatter_rows(int64_t chunk_rows, const TensorParallel& tp,
 #if ME_PEER_COLLECTIVES
   if (tp.peers) {  // the chunk's size is known once the first is computed
     const int s = tp.peers->next_slot();
-    const int64_t split = chunk_rows % reduce_scatter_split() == 0 ? reduce_scatter_split() : 1;
-    const int64_t piece_rows = chunk_rows / split;
     std::vector<torch::Tensor> pushed;  // alive until the compute stream has waited for the pushes
     for (int step = 1; step < size; ++step) {
       const int to = (rank + step) % size;
-      for (int64_t j = 0; j < split; ++j) {
-        auto mine = partial(to * chunk_rows + j * piece_rows, piece_rows).contiguous();
-        const size_t piece = nbytes(mine), chunk = piece * static_cast<size_t>(split);
-        ME_CHECK(mine.is_cuda() && chunk * static_cast<size_t>(size) <= tp.peers->slot_bytes(),
-                 "parallel.tp_comm_backend = \"copy_engine\": a reduce-scatter of ", chunk * size,
-                 " bytes does not fit the peer buffers' ", tp.peers->slot_bytes(),
-                 " (sized from batch.micro x model.seq x model.hidden)");
-        push_partial(mine, to, s, static_cast<size_t>(rank) * chunk + static_cast<size_t>(j) * piece, *tp.peers,
-                     mine.device().index(), step);
-        if (j + 1 == split) signal_pushed(*tp.peers, to, mine.device().index(), step);
-        pushed.push_back(std::move(mine));
-      }
+      auto mine = partial(to * chunk_rows, chunk_rows).contiguous();
+      const size_t chunk = nbytes(mine);
+      ME_CHECK(mine.is_cuda() && chunk * static_cast<size_t>(size) <= tp.peers->slot_bytes(),
+               "parallel.tp_comm_backend = \"copy_engine\": a reduce-scatter of ", chunk * size,
+               " bytes does not fit the peer buffers' ", tp.peers->slot_bytes(),
+               " (sized from batch.micro x model.seq x model.hidden)");
+      push_partial(mine, to, s, static_cast<size_t>(rank) * chunk, *tp.peers, mine.device().index(), step);
+      signal_pushed(*tp.peers, to, mine.device().index(), step);
+      pushed.push_back(std::move(mine));
     }
     auto own = partial(rank * chunk_rows, chunk_rows).contiguous();
     return finish_peer_reduce_scatter(own, s, *tp.peers, own.device().index(), /*fresh=*/false, bias);

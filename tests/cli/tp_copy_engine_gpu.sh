@@ -39,9 +39,6 @@ paste "$tmp/copy_engine.loss" "$tmp/auto.loss" | awk '{ d = ($1 - $2) / $1; if (
   { echo "FAILED: auto's losses differ from copy_engine's"; paste "$tmp/copy_engine.loss" "$tmp/auto.loss"; exit 1; }
 [ -s "$tmp/nccl.loss" ] || { echo "FAILED: no loss logged"; tail -20 "$tmp/nccl.log"; exit 1; }
 follows nccl copy_engine ""
-# the reduce-scatters' rows for each peer computed and pushed in 2 pieces (ME_TP_RS_SPLIT)
-ME_TP_RS_SPLIT=2 train copy_engine_split2 2 parallel.tp_comm_backend=copy_engine
-follows copy_engine copy_engine_split2 "with ME_TP_RS_SPLIT=2: "
 # the default: the reduce-scatters wait for each peer's arrival signal and the all-gathers' pulls for
 # each peer's publication signal; with ME_TP_RS_SIGNALS=0 / ME_TP_AG_SIGNALS=0, a barrier of all
 # ranks instead: the same sums in the same order, so the same losses; a signal ahead of its data
@@ -79,8 +76,6 @@ if [ "$gpus" -ge 4 ]; then
   follows tp4_copy_engine_barriers tp4_copy_engine "tp 4, signals against both barriers: " 1e-6
   ME_TP_AG_SIGNALS=0 train tp4_copy_engine_ag_barrier 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine_barriers tp4_copy_engine_ag_barrier "tp 4, ME_TP_AG_SIGNALS=0: " 1e-6
-  ME_TP_RS_SPLIT=2 train tp4_copy_engine_split2 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
-  follows tp4_copy_engine tp4_copy_engine_split2 "tp 4 with ME_TP_RS_SPLIT=2: "
   ME_TP_WGRAD_STREAM=16 train tp4_copy_engine_wgrad_stream 4 parallel.tp=4 parallel.tp_comm_backend=copy_engine
   follows tp4_copy_engine tp4_copy_engine_wgrad_stream "tp 4 with ME_TP_WGRAD_STREAM=16: "
   # tp 2 x dp 2: the data-parallel buckets' reductions wait for that stream too (fence)
