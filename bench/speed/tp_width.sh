@@ -104,7 +104,7 @@ run() {
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 &
   local job=$! sampler= mhz=-
   if [ -n "${ME_BENCH_CLOCKS:-}" ]; then
-    nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm --format=csv,noheader,nounits -lms "$ME_BENCH_CLOCKS" > "$log.clocks" 2>/dev/null &
+    nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm,power.draw,timestamp --format=csv,noheader,nounits -lms "$ME_BENCH_CLOCKS" > "$log.clocks" 2>/dev/null &
     sampler=$!
   fi
   wait "$job"
@@ -118,7 +118,8 @@ run() {
     clocks=$(clock_summary "$log.clocks" "${used[@]}")
     mhz=${clocks%% *}
     echo "SM clock while busy: $mhz MHz (median per GPU, the lowest of GPUs ${used[*]}; each: ${clocks#* })" >> "$log"
-    # The samples stay beside the log (logs.tgz): a slow window's clock dip, GPU by GPU.
+    # The samples stay beside the log (logs.tgz), with each GPU's power draw and a timestamp: a
+    # slow window's clock or power dip, GPU by GPU.
   fi
   # Every rank's trace of the profiled steps: which rank the others wait for (host-bound ones
   # start their kernels microseconds after launching them); the traces themselves are dropped.
