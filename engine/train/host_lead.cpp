@@ -54,6 +54,14 @@ struct HostLead::Impl {
 #endif
   }
 
+  // The step's first mark; marks left by a step that threw part-way are dropped.
+  void begin_step() {
+#if ME_TORCH_HAS_CUDA
+    used = 0;
+#endif
+    record();
+  }
+
   // The marks of the step that ended (all done: the step read its gradient norm back; a mark
   // whose event is not, which should not happen, ends the reading rather than wait).
   void read_step() {
@@ -76,11 +84,7 @@ HostLead::HostLead(bool cuda) : impl_(cuda ? std::make_unique<Impl>() : nullptr)
 HostLead::~HostLead() = default;
 
 void HostLead::start_step() {
-  if (!impl_) return;
-#if ME_TORCH_HAS_CUDA
-  impl_->used = 0;
-#endif
-  impl_->record();
+  if (impl_) impl_->begin_step();
 }
 
 void HostLead::end_step() {

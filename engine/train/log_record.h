@@ -21,6 +21,13 @@ struct PhaseTimes {
   bool any() const { return ms[static_cast<int>(Phase::forward)] > 0; }
 };
 
+// A figure measured on every rank: min / median / max over ranks, and the rank that has the least
+// (the one the others wait for, in the figures below). rank < 0: not measured.
+struct RankSpread {
+  double min = 0, median = 0, max = 0;
+  int rank = -1;
+};
+
 struct LogRecord {
   int64_t iteration = 0, iters = 0, consumed_samples = 0, global_batch = 0, skipped = 0, nan = 0;
   double lr = 0, loss = 0, grad_norm = 0, ms_per_iter = 0, tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;
@@ -33,22 +40,17 @@ struct LogRecord {
   double rank_ms_min = 0, rank_ms_median = 0, rank_ms_max = 0;
   int slowest_rank = -1;
   // Copy-engine tensor parallelism: each rank's GPU time per step in the reduce-scatters'
-  // barriers on its compute stream (waiting for the other ranks), min / median / max over ranks,
-  // and the rank that waits least (the one the others wait for); pacing_rank < 0: not measured.
-  double barrier_ms_min = 0, barrier_ms_median = 0, barrier_ms_max = 0;
-  int pacing_rank = -1;
+  // barriers on its compute stream (waiting for the other ranks); its rank waits least.
+  RankSpread barrier_ms;
   // Several ranks on GPUs: each rank's host time per step blocked reading the gradient norm back
-  // (waiting for its GPU, and through the norm's all-reduce for the others), min / median / max
-  // over ranks, and the rank that waits least. Near 0 there: that rank's host launches its work
-  // no sooner than its GPU runs it and sets the pace. host_paced_rank < 0: not measured.
-  double host_wait_ms_min = 0, host_wait_ms_median = 0, host_wait_ms_max = 0;
-  int host_paced_rank = -1;
+  // (waiting for its GPU, and through the norm's all-reduce for the others). Near 0 for the rank
+  // that waits least: that host launches its work no sooner than its GPU runs it, and sets the pace.
+  RankSpread host_wait_ms;
   // Several ranks on GPUs: each host's lead over its GPU where it queues a micro-batch's forward
-  // or backward (HostLead), the median over the window's marks, min / median / max over ranks,
-  // the rank with the least; and the least single lead of any rank. A median near 0: that host
-  // is behind its GPU through the step. host_lead_rank < 0: not measured.
-  double host_lead_ms_min = 0, host_lead_ms_median = 0, host_lead_ms_max = 0, host_lead_least_ms = 0;
-  int host_lead_rank = -1;
+  // or backward (HostLead), the median over the window's marks; and the least single lead of any
+  // rank. A median near 0: that host is behind its GPU through the step.
+  RankSpread host_lead_ms;
+  double host_lead_least_ms = 0;
 };
 
 }  // namespace me::train

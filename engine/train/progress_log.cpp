@@ -81,6 +81,18 @@ double LogWindow::close(std::vector<double>& all) {
   return counted ? sum / static_cast<double>(counted) : all.back();
 }
 
+namespace {
+// " | WHAT over ranks (min/median/max): a/b/c (min: rank r)", or "" where not measured
+// (bench/speed/tp_width.sh's spread_over_ranks reads this form).
+std::string spread_text(const char* what, const RankSpread& s) {
+  if (s.rank < 0) return "";
+  char line[256];
+  std::snprintf(line, sizeof line, " | %s over ranks (min/median/max): %.2f/%.2f/%.2f (min: rank %d)", what, s.min,
+                s.median, s.max, s.rank);
+  return line;
+}
+}  // namespace
+
 void log_progress_line(const LogRecord& r) {
   static const bool terminal = isatty(STDOUT_FILENO) == 1;
   const std::string eta = r.eta_s >= 0 ? duration_text(r.eta_s) : "";
@@ -108,21 +120,11 @@ void log_progress_line(const LogRecord& r) {
                   r.rank_ms_min, r.rank_ms_median, r.rank_ms_max, r.slowest_rank);
     text += line;
   }
-  if (r.pacing_rank >= 0) {
-    std::snprintf(line, sizeof line, " | GPU ms waiting at TP barriers over ranks (min/median/max): %.2f/%.2f/%.2f (min: rank %d)",
-                  r.barrier_ms_min, r.barrier_ms_median, r.barrier_ms_max, r.pacing_rank);
-    text += line;
-  }
-  if (r.host_paced_rank >= 0) {
-    std::snprintf(line, sizeof line, " | host ms waiting for its GPU over ranks (min/median/max): %.2f/%.2f/%.2f (min: rank %d)",
-                  r.host_wait_ms_min, r.host_wait_ms_median, r.host_wait_ms_max, r.host_paced_rank);
-    text += line;
-  }
-  if (r.host_lead_rank >= 0) {
-    std::snprintf(line, sizeof line,
-                  " | host ms ahead of its GPU at micro-batches (each rank's median) over ranks (min/median/max): "
-                  "%.2f/%.2f/%.2f (min: rank %d), least of all %.2f",
-                  r.host_lead_ms_min, r.host_lead_ms_median, r.host_lead_ms_max, r.host_lead_rank, r.host_lead_least_ms);
+  text += spread_text("GPU ms waiting at TP barriers", r.barrier_ms);
+  text += spread_text("host ms waiting for its GPU", r.host_wait_ms);
+  if (r.host_lead_ms.rank >= 0) {
+    text += spread_text("host ms ahead of its GPU at micro-batches (each rank's median)", r.host_lead_ms);
+    std::snprintf(line, sizeof line, ", least of all %.2f", r.host_lead_least_ms);
     text += line;
   }
   log::info(text);

@@ -156,6 +156,9 @@ Spread spread_of(std::vector<std::pair<double, int>>& values) {
           values.back().second};
 }
 
+// The spread with the rank that has the least named.
+RankSpread least_named(const Spread& s) { return {s.min, s.median, s.max, s.min_rank}; }
+
 }  // namespace
 
 // Each rank's own step time over the window (its step less the time it waited for the other
@@ -188,19 +191,12 @@ void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window
     by_lead.emplace_back(lm, static_cast<int>(r));
     if (ll >= 0 && (least_lead < 0 || ll < least_lead)) least_lead = ll;
   }
-  if (const auto w = spread_of(by_wait); w.min >= 0) {  // every rank measured (they share the backend)
-    rec.barrier_ms_min = w.min, rec.barrier_ms_median = w.median, rec.barrier_ms_max = w.max;
-    rec.pacing_rank = w.min_rank;
-  }
-  if (device_.is_cuda()) {  // on the CPU the norm is read back from a finished host computation
-    const auto h = spread_of(by_host_wait);
-    rec.host_wait_ms_min = h.min, rec.host_wait_ms_median = h.median, rec.host_wait_ms_max = h.max;
-    rec.host_paced_rank = h.min_rank;
-  }
+  if (const auto w = spread_of(by_wait); w.min >= 0) rec.barrier_ms = least_named(w);  // every rank measured
+  // On the CPU the norm is read back from a finished host computation.
+  if (device_.is_cuda()) rec.host_wait_ms = least_named(spread_of(by_host_wait));
   if (const auto l = spread_of(by_lead); l.min >= 0) {  // every rank read its marks
-    rec.host_lead_ms_min = l.min, rec.host_lead_ms_median = l.median, rec.host_lead_ms_max = l.max;
+    rec.host_lead_ms = least_named(l);
     rec.host_lead_least_ms = least_lead;
-    rec.host_lead_rank = l.min_rank;
   }
   const auto t = spread_of(by_time);  // by_time sorted, for the median of the others below
   rec.rank_ms_min = t.min, rec.rank_ms_median = t.median, rec.rank_ms_max = t.max;

@@ -59,7 +59,7 @@ TEST_CASE("the progress line gives each rank's own step time and TP barrier wait
   }
   SECTION("with the copy engines: the barrier waits and the rank that waits least") {
     r.rank_ms_min = 107.4, r.rank_ms_median = 107.5, r.rank_ms_max = 107.9, r.slowest_rank = 1;
-    r.barrier_ms_min = 0.98, r.barrier_ms_median = 2.47, r.barrier_ms_max = 2.6, r.pacing_rank = 3;
+    r.barrier_ms = {0.98, 2.47, 2.6, 3};
     const auto line = progress_line(r);
     // tp_width.sh's sed expression reads exactly this
     CHECK_THAT(line, Catch::Contains("GPU ms waiting at TP barriers over ranks (min/median/max): 0.98/2.47/2.60 (min: rank 3)"));
@@ -67,7 +67,7 @@ TEST_CASE("the progress line gives each rank's own step time and TP barrier wait
   }
   SECTION("on GPUs: each host's wait for its GPU at the gradient norm, and the rank that waits least") {
     r.rank_ms_min = 107.4, r.rank_ms_median = 107.5, r.rank_ms_max = 107.9, r.slowest_rank = 1;
-    r.host_wait_ms_min = 0.04, r.host_wait_ms_median = 11.5, r.host_wait_ms_max = 12.25, r.host_paced_rank = 2;
+    r.host_wait_ms = {0.04, 11.5, 12.25, 2};
     const auto line = progress_line(r);
     CHECK_THAT(line, Catch::Contains("host ms waiting for its GPU over ranks (min/median/max): 0.04/11.50/12.25 (min: rank 2)"));
     CHECK_THAT(line, !Catch::Contains("TP barriers"));
@@ -75,8 +75,7 @@ TEST_CASE("the progress line gives each rank's own step time and TP barrier wait
   }
   SECTION("on GPUs: each host's lead over its GPU at its micro-batches, and the rank with the least") {
     r.rank_ms_min = 107.4, r.rank_ms_median = 107.5, r.rank_ms_max = 107.9, r.slowest_rank = 1;
-    r.host_lead_ms_min = 0.01, r.host_lead_ms_median = 3.5, r.host_lead_ms_max = 9.25, r.host_lead_least_ms = 0;
-    r.host_lead_rank = 3;
+    r.host_lead_ms = {0.01, 3.5, 9.25, 3}, r.host_lead_least_ms = 0;
     const auto line = progress_line(r);
     // tp_width.sh reads it with spread_over_ranks
     CHECK_THAT(line, Catch::Contains("host ms ahead of its GPU at micro-batches (each rank's median) over ranks "
