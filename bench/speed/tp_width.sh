@@ -25,11 +25,12 @@
 # code 4 points apart on two machines. Off by default: the sampler's NVML queries run beside the
 # timed steps, and every tp > 1 row of session 26 that had it (tp 2: 0.90 in three calls, against
 # 0.92-0.93 in sessions 21 and 24; tp 4: 0.70 with one rank's host far behind) came out lower.
-# The last two columns: with the copy engines, each rank's GPU time per step in the reduce-scatters'
+# The last three columns: with the copy engines, each rank's GPU time per step in the reduce-scatters'
 # waits (for the other ranks; counted on the GPU by the wait kernel, so unprofiled, from the 2L
 # run's last log window), min/median/max over ranks, and the rank that waits least; then each
 # rank's host time per step blocked at the gradient norm (waiting for its GPU), likewise: near 0
-# for the least waiting rank, that rank's host sets the step's pace.
+# for the least waiting rank, that rank's host sets the step's pace; then each host's lead over
+# its GPU where it queues a micro-batch (its median over the window), likewise.
 # OUT_DIR ends with table.md, rows.jsonl and logs.tgz.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -87,7 +88,9 @@ spread_over_ranks() {
   sed -n "s|.*$1 over ranks (min/median/max): \([0-9./]*\) (min: rank \([0-9]*\)).*|\1,rank\2|p" "$2" | tail -1
 }
 
-# run MODEL LAYERS TP LABEL OVERRIDES... -> ms per step (median window), exposed comm ms per step, host-bound ranks, SM MHz
+# run MODEL LAYERS TP LABEL OVERRIDES... -> "ms exposed hostbound MHz waits hostwaits best leads": ms per
+# step (median window), exposed comm ms per step, host-bound ranks, SM MHz, the progress line's
+# spreads over ranks, the fastest window's ms per step
 run() {
   local model=$1 layers=$2 tp=$3 label=$4
   shift 4
