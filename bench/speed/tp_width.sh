@@ -2,7 +2,8 @@
 # Tensor parallelism at the user's widths (issue #35), in one device call: the marginal time of
 # a transformer layer (layers L and 2L, so that the embedding and the output layer cancel) at
 # tp 1 (one GPU), tp 2 and tp 4, for each variant (by default: sequence parallelism with the
-# default backend, "auto", the copy engines on one node; with NCCL; and no SP; others through
+# default backend, "auto", the copy engines on one node, and no SP; with ME_BENCH_NCCL_ROW=1 also
+# SP with NCCL; others through
 # ME_BENCH_VARIANTS, e.g. parallel.tp_gather=ring or NCCL_PROTO=Simple); per-GPU efficiency = the tp 1 layer
 # time / (tp x the layer time at tp); the exposed TP communication per layer from the step
 # profile (train.profile_at, during the warm-up, so that it slows no timed step) of each 2L
@@ -100,10 +101,14 @@ run() {
     case $o in NCCL_*=* | CUDA_*=* | ME_*=*) env+=("$o") ;; *) overrides+=("$o") ;; esac
   done
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
+  # The step profile gives the exposed NCCL time and the host-bound ranks, both tp > 1 columns: tp 1
+  # runs without it (its trace is written and parsed for nothing) unless its trace is kept.
+  local profile="train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace"
+  [ "$tp" -eq 1 ] && [ "${ME_BENCH_KEEP_TRACES:-}" != all ] && profile=""
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
   env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=$micro ME_BENCH_STEPS=${ME_BENCH_STEPS:-16} ME_BENCH_WARMUP=$warmup \
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
-    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=$((8 * micro)) parallel.tp=$tp ${overrides[*]} train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace" \
+    ME_BENCH_OVERRIDES="model.layers=$layers batch.global=$((8 * micro)) parallel.tp=$tp ${overrides[*]} $profile" \
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 &
   local job=$! sampler= mhz=-
   if [ -n "${ME_BENCH_CLOCKS:-}" ]; then
@@ -201,8 +206,12 @@ for r in rows:
 PY
 }
 
-# "SP" is the default backend (auto: the copy engines on one node), "SP nccl" NCCL's bulk gathers
-variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl;no SP:parallel.sequence_parallel=false"}
+# "SP" is the default backend (auto: the copy engines on one node), "no SP" NCCL's all-reduce (its
+# exposed time is the profile's column); ME_BENCH_NCCL_ROW=1 adds "SP nccl", NCCL's bulk gathers
+# (two more runs a tp and width: without them both widths' table fits one device call).
+variants=${ME_BENCH_VARIANTS:-"SP:parallel.sequence_parallel=true;no SP:parallel.sequence_parallel=false"}
+[ -z "${ME_BENCH_VARIANTS:-}" ] && [ -n "${ME_BENCH_NCCL_ROW:-}" ] &&
+  variants="$variants;SP nccl:parallel.sequence_parallel=true parallel.tp_comm_backend=nccl"
 {
   echo "| width | layout | ms per layer (step) | per-GPU efficiency | the same from each run's fastest window | exposed TP comm per layer (ms per step) | host-bound ranks (2L run) | SM MHz (2L run) | GPU ms per step at TP barriers, min/median/max, least waiting (2L run) | host ms per step waiting for its GPU, min/median/max, least waiting (2L run) | host ms ahead of its GPU at micro-batches (each rank's median), min/median/max, least (2L run) |"
   echo "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
