@@ -110,12 +110,26 @@ run() {
     ME_BENCH_JSON=$rows ME_BENCH_LABEL="L$layers $label" \
     ME_BENCH_OVERRIDES="model.layers=$layers batch.global=$((8 * micro)) parallel.tp=$tp ${overrides[*]} $profile" \
     timeout 300 "$build/megaengine" "${launch[@]}" "$repo/bench/speed/megaengine_row.lua" > "$log" 2>&1 &
-  local job=$! sampler= mhz=-
+  local job=$! sampler= mhz=- apps=
+  # Which processes hold each GPU, once, 15 s in: a rank with a CUDA context on another rank's GPU
+  # (a thread of it that used CUDA before choosing its device) would show as a second process
+  # there, and any work it queued there would time-slice with that rank's (a tp group runs at its
+  # slowest GPU's pace: rank 0 was the slowest in every row of the thirty-second session).
+  if [ "$tp" -gt 1 ]; then
+    (sleep 15 && kill -0 "$job" 2>/dev/null &&
+      nvidia-smi --query-compute-apps=gpu_bus_id,pid,used_memory --format=csv,noheader > "$log.apps" 2>/dev/null) &
+    apps=$!
+  fi
   if [ -n "${ME_BENCH_CLOCKS:-}" ]; then
     nvidia-smi --query-gpu=index,utilization.gpu,clocks.sm,power.draw,timestamp --format=csv,noheader,nounits -lms "$ME_BENCH_CLOCKS" > "$log.clocks" 2>/dev/null &
     sampler=$!
   fi
   wait "$job"
+  if [ -n "$apps" ]; then
+    kill "$apps" 2>/dev/null
+    wait "$apps" 2>/dev/null
+    [ -s "$log.apps" ] && echo "GPU processes 15 s in (bus id: processes): $(cut -d, -f1 "$log.apps" | sort | uniq -c | awk '{printf "%s: %s  ", $2, $1}')" >> "$log"
+  fi
   if [ -n "$sampler" ]; then
     kill "$sampler" 2>/dev/null
     wait "$sampler" 2>/dev/null
