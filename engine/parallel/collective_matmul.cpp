@@ -116,7 +116,7 @@ bool gather_signals() {
 }
 
 // The copy engines' all-gather, started: on the compute stream this rank's rows into its slot and
-// into the result, then a barrier on the signal stream (so that the compute stream does not wait
+// into the result (one kernel that reads them once, kernels::copy_twice), then a barrier on the signal stream (so that the compute stream does not wait
 // for the last rank to arrive: at tp 4 the ranks drift apart), then on one copy stream every
 // peer's rows pulled from its slot, one peer after another, in ring order, each pull's event
 // recorded. The two local copies are on the compute stream because a copy within one GPU runs on
@@ -124,7 +124,8 @@ bool gather_signals() {
 // (session 26, tp 2: own rows up to 1.4 ms late, the peers' pulls behind them, and the next GEMM
 // waiting 50-70 us for them; dev/cuda/peer_buffers shows a local copy queued beside a GEMM ending
 // with it, with or without cudaMemcpyFlagPreferOverlapWithCompute). Queued first, they take ~10 us
-// at full speed, and the pulls then run beside the whole GEMM.
+// at full speed, and the pulls then run beside the whole GEMM. As one kernel they read the rows
+// once: three passes over them instead of four, and one launch.
 // One copy stream for the pulls: they share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers:
 // three peers at once are no faster than one after another), and in order each peer's rows land
 // when the GEMM that waits for them comes next (on three streams the copy engines served them in
@@ -146,7 +147,8 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
   PeerGather g{torch::empty(gathered_tokens_shape(in, size), in.options()), local.size(0)};
   char* all = static_cast<char*>(g.gathered.data_ptr());
   const int s = peers.next_slot();
-  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, compute.stream());
+  kernels::copy_twice(peers.slot(rank, s), all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes,
+                      compute.stream());
   const auto signal = signal_stream(device);
   auto& input_ready = reused_event(device, kInputReady);
   input_ready.record(compute);
@@ -158,7 +160,6 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
     peers.barrier(signal.stream());
   auto& published = reused_event(device, kPublished);
   published.record(signal);
-  kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, compute.stream());
   const auto pulls = peer_stream(device, 1);
   published.block(pulls);
   for (int k = 1; k < size; ++k) {
