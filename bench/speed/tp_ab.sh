@@ -35,7 +35,7 @@ build() {  # build SRC DIR TARGETS...
     cmake --build "$dir" --target "$@" -j "$(($(nproc) / 2))" > "$work/$(basename "$dir").build.log" 2>&1
 }
 checkers=()
-for k in sum_parts chunk_gemm peer_buffers; do [ -f "$repo/dev/cuda/$k.cu" ] && checkers+=("dev_cuda_$k"); done
+for k in sum_parts copy_twice chunk_gemm peer_buffers; do [ -f "$repo/dev/cuda/$k.cu" ] && checkers+=("dev_cuda_$k"); done
 build "$base" /tmp/b_base megaengine &
 pb=$!
 build "$repo" /tmp/b_cur megaengine me_unit_tests "${checkers[@]}" &
