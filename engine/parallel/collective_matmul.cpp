@@ -183,23 +183,15 @@ int experiment_count(const char* name) {
   return v ? std::max(1, std::atoi(v)) : 1;
 }
 
-// How many peers' rows one GEMM of peer_all_gather_rows takes, at most (ME_TP_GATHER_GROUP; 1,
-// the default: each peer's rows as soon as they land). A measurement to make, not yet a setting:
-// at tp 4 a 512-row chunk of GPT-39B's QKV GEMM is 96 tiles for 132 SMs, and fewer, larger
-// GEMMs trade a wait for the later pulls (which run faster than the GEMMs) for fuller waves.
-int gather_group() {
-  static const int group = experiment_count("ME_TP_GATHER_GROUP");
-  return group;
-}
-
 // all_gather_rows on the copy engines: the GEMM of this rank's own rows while the pulls run, then
-// the peers' rows as soon as they have landed, gather_group() peers' contiguous rows at a time.
-torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
+// the peers' rows as soon as they have landed, gather_group_for() peers' contiguous rows at a time.
+torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows,
+                                   int64_t out_cols) {
   const auto g = start_peer_all_gather(in, tp);
   const int size = tp.peers->size(), rank = tp.peers->rank();
   const auto all_rows = rows2d(g.gathered);
   rows(rows2d(in), g.rows * rank);
-  for (const auto& run : peer_runs(rank, size, gather_group())) {
+  for (const auto& run : peer_runs(rank, size, gather_group_for(out_cols, size))) {
     wait_for_pull(in.device().index(), run.last_pull);  // one copy stream: the earlier pulls are in too
     rows(all_rows.narrow(0, g.rows * run.first, g.rows * run.count), g.rows * run.first);
   }
@@ -305,6 +297,35 @@ std::vector<PeerRun> peer_runs(int rank, int size, int group) {
   return runs;
 }
 
+namespace {
+// ME_TP_GATHER_GROUP, when set (an experiment; 1: each peer's rows as soon as they land), else 0.
+int fixed_gather_group() {
+  static const int group = [] {
+    const char* v = std::getenv("ME_TP_GATHER_GROUP");
+    return v ? std::max(1, std::atoi(v)) : 0;
+  }();
+  return group;
+}
+
+// The GEMM's output columns per peer above which the GEMM of this rank's own rows outlasts the
+// pulls of every peer's rows, so that one GEMM over the peers' rows waits for nothing. Per row the
+// GEMM does 2 K N flops and a pull moves 2 K bytes, so it outlasts tp - 1 pulls when
+// N / rate >= (tp - 1) / bandwidth. On 4 x H200 (bench/RESULTS.md, thirty-second session) the pulls
+// ran at 230-265 GB/s, one peer after another, and the chunk GEMMs at 610-720 TFLOP/s: about 2,800
+// columns per peer, here with a quarter more for margin.
+constexpr int64_t kColsPerPeerToGroup = 3500;
+}  // namespace
+
+// Chunks of a thousand rows lost 10-20% of a GEMM's rate against the whole in the same session
+// (LLaMA-2-70B width, tp 4: QKV chunks at 627 TFLOP/s, the output projection's at 614, against
+// 777-780 unsplit on one GPU). At tp 4 the LLaMA-2-70B width's gate/up GEMM
+// (N 14,336) takes the three peers' rows at once, and its QKV (2,560) and the GPT-39B width's
+// GEMMs (6,144 and 8,192) stay per peer, where the pulls take about as long as the GEMMs.
+int gather_group_for(int64_t out_cols, int size) {
+  if (const int fixed = fixed_gather_group()) return fixed;
+  return out_cols >= kColsPerPeerToGroup * (size - 1) ? size - 1 : 1;
+}
+
 std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
                                        torch::Tensor* produced) {
 #if ME_TORCH_HAS_CUDA
@@ -397,11 +418,12 @@ torch::Tensor ring_all_gather_rows(const torch::Tensor& in, const TensorParallel
 }
 }  // namespace
 
-torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows) {
+torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows,
+                              int64_t out_cols) {
   ME_CHECK(local.dim() >= 2, "all_gather_rows: expected [batch, seq / tp, ...], got shape ", local.sizes());
   auto in = local.contiguous();
 #if ME_PEER_COLLECTIVES
-  if (peers_take(in, tp, nbytes(in))) return peer_all_gather_rows(in, tp, rows);
+  if (peers_take(in, tp, nbytes(in))) return peer_all_gather_rows(in, tp, rows, out_cols);
 #endif
   if (tp.gather_ring && !tp.slots) return ring_all_gather_rows(in, tp, rows);
   auto& group = *tp.group;
