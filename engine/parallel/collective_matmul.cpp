@@ -116,22 +116,23 @@ bool gather_signals() {
 }
 
 // The copy engines' all-gather, started: on the compute stream this rank's rows into its slot and
-// into the result (one kernel that reads them once, kernels::copy_twice), then a barrier on the signal stream (so that the compute stream does not wait
-// for the last rank to arrive: at tp 4 the ranks drift apart), then on one copy stream every
-// peer's rows pulled from its slot, one peer after another, in ring order, each pull's event
-// recorded. The two local copies are on the compute stream because a copy within one GPU runs on
-// its multiprocessors, not on a copy engine: beside a GEMM it waited for the GEMM's last wave
-// (session 26, tp 2: own rows up to 1.4 ms late, the peers' pulls behind them, and the next GEMM
-// waiting 50-70 us for them; dev/cuda/peer_buffers shows a local copy queued beside a GEMM ending
-// with it, with or without cudaMemcpyFlagPreferOverlapWithCompute). Queued first, they take ~10 us
-// at full speed, and the pulls then run beside the whole GEMM. As one kernel they read the rows
-// once: three passes over them instead of four, and one launch.
-// One copy stream for the pulls: they share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers:
-// three peers at once are no faster than one after another), and in order each peer's rows land
-// when the GEMM that waits for them comes next (on three streams the copy engines served them in
-// any order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
-// the compute stream wait for every pull (wait_for_pull) before the result is used elsewhere, so
-// the allocator's stream-ordered reuse of its block is safe.
+// into the result (one kernel that reads them once, kernels::copy_twice), then a barrier on the
+// signal stream (so that the compute stream does not wait for the last rank to arrive: at tp 4 the
+// ranks drift apart), then on one copy stream every peer's rows pulled from its slot, one peer
+// after another, in ring order, each pull's event recorded. The two local copies are on the compute
+// stream because a copy within one GPU runs on its multiprocessors, not on a copy engine: beside a
+// GEMM it waited for the GEMM's last wave (session 26, tp 2: own rows up to 1.4 ms late, the peers'
+// pulls behind them, and the next GEMM waiting 50-70 us for them; dev/cuda/peer_buffers shows a
+// local copy queued beside a GEMM ending with it, with or without
+// cudaMemcpyFlagPreferOverlapWithCompute). Queued first, they take ~10 us at full speed, and the
+// pulls then run beside the whole GEMM. As one kernel they read the rows once: three passes over
+// them instead of four, and one launch.
+// One copy stream for the pulls: they share this GPU's NVLink bandwidth anyway
+// (dev/cuda/peer_buffers: three peers at once are no faster than one after another), and in order
+// each peer's rows land when the GEMM that waits for them comes next (on three streams the copy
+// engines served them in any order: the twenty-fourth session's trace). The result needs no
+// record_stream: the caller makes the compute stream wait for every pull (wait_for_pull) before the
+// result is used elsewhere, so the allocator's stream-ordered reuse of its block is safe.
 struct PeerGather {
   torch::Tensor gathered;  // [b, s, ...]
   int64_t rows = 0;        // each rank's rows
@@ -174,13 +175,6 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
 // The compute stream waits for the k-th pull of start_peer_all_gather (k = 1 .. size - 1).
 void wait_for_pull(c10::DeviceIndex device, int k) {
   reused_event(device, kArrived + k).block(c10::cuda::getCurrentCUDAStream(device));
-}
-
-// An experiment's count from the environment variable `name`: at least 1, and 1 (the behaviour
-// without the experiment) when unset.
-int experiment_count(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::max(1, std::atoi(v)) : 1;
 }
 
 // all_gather_rows on the copy engines: the GEMM of this rank's own rows while the pulls run, then
