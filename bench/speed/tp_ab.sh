@@ -8,7 +8,8 @@
 # passed, so the call ends inside the device's 10 minutes with what it has.
 #   source .debs/device-env.sh && bash bench/speed/tp_ab.sh BASE_SRC OUT_DIR [MODEL ...]   (default gpt39b-2l)
 # Environment: ME_BENCH_TPS (4 with 4 GPUs, else 2), ME_BENCH_VARIANTS (tp_width.sh's; default SP),
-# ME_BENCH_ONE_GPU (1: the before/after on GPU 0; 0: not).
+# ME_BENCH_ONE_GPU (1: the before/after on GPU 0; 0: not), ME_BENCH_CHECKS (1: the GPU checks; 0: not, for a
+# second call on the same tree).
 # OUT_DIR ends with summary.md and results.tgz (the logs): two files, as the device returns few.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,7 +36,7 @@ build() {  # build SRC DIR TARGETS...
     cmake --build "$dir" --target "$@" -j "$(($(nproc) / 2))" > "$work/$(basename "$dir").build.log" 2>&1
 }
 checkers=()
-for k in sum_parts chunk_gemm peer_buffers; do [ -f "$repo/dev/cuda/$k.cu" ] && checkers+=("dev_cuda_$k"); done
+for k in sum_parts copy_twice chunk_gemm peer_buffers; do [ -f "$repo/dev/cuda/$k.cu" ] && checkers+=("dev_cuda_$k"); done
 build "$base" /tmp/b_base megaengine &
 pb=$!
 build "$repo" /tmp/b_cur megaengine me_unit_tests "${checkers[@]}" &
@@ -44,7 +45,8 @@ wait $pc || { say "current build failed"; grep -A5 error "$work/b_cur.build.log"
 wait $pb || { say "base build failed"; grep -A5 error "$work/b_base.build.log" | head -30 | tee -a "$summary"; exit 1; }
 say "both built in $((SECONDS - t0)) s"
 
-say "## checks"
+[ "${ME_BENCH_CHECKS:-1}" = 1 ] || checkers=()
+[ "${#checkers[@]}" -gt 0 ] && say "## checks"
 for c in "${checkers[@]}"; do
   k=${c#dev_cuda_}
   args=()
@@ -53,10 +55,12 @@ for c in "${checkers[@]}"; do
   say "dev/cuda/$k: exit $? ($(grep -cE 'FAIL' "$work/$k.log") FAIL lines)"
   grep -E 'time |host |local copy' "$work/$k.log" | head -8 | sed 's/^/    /' >> "$summary"
 done
-timeout 200 /tmp/b_cur/tests/me_unit_tests "[gpu]" > "$work/unit_gpu.log" 2>&1
-say "me_unit_tests [gpu]: exit $?, $(tail -2 "$work/unit_gpu.log" | tr '\n' ' ')"
-timeout 200 bash "$repo/tests/cli/tp_copy_engine_gpu.sh" /tmp/b_cur/megaengine > "$work/tp_copy_engine_gpu.log" 2>&1
-say "tp_copy_engine_gpu.sh: exit $?; $(grep -h 'losses compared' "$work/tp_copy_engine_gpu.log" | tr '\n' ';')"
+if [ "${ME_BENCH_CHECKS:-1}" = 1 ]; then
+  timeout 200 /tmp/b_cur/tests/me_unit_tests "[gpu]" > "$work/unit_gpu.log" 2>&1
+  say "me_unit_tests [gpu]: exit $?, $(tail -2 "$work/unit_gpu.log" | tr '\n' ' ')"
+  timeout 200 bash "$repo/tests/cli/tp_copy_engine_gpu.sh" /tmp/b_cur/megaengine > "$work/tp_copy_engine_gpu.log" 2>&1
+  say "tp_copy_engine_gpu.sh: exit $?; $(grep -h 'losses compared' "$work/tp_copy_engine_gpu.log" | tr '\n' ';')"
+fi
 
 say "## layer rows (this tree, then the base)"
 for model in $models; do

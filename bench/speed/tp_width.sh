@@ -178,6 +178,10 @@ run() {
   # marks), likewise: near 0 for a rank whose host is behind its GPU through the step.
   local leads
   leads=$(spread_over_ranks "host ms ahead of its GPU at micro-batches (each rank's median)" "$log")
+  # ... and the least single lead, where it was: ",least:MS@rankR:mbK-forward" (no spaces: one field)
+  local least
+  least=$(sed -n "s/.*least of all \([0-9.]*\) (rank \([0-9]*\), micro-batch \([0-9]*\)'s \([a-z]*\)).*/\1@rank\2:mb\3-\4/p" "$log" | tail -1)
+  [ -n "$leads" ] && [ -n "$least" ] && leads="$leads,least:$least"
   echo "${ms:-nan} ${exposed:-0} ${hostbound:--} $mhz ${waits:--} ${host_waits:--} ${best:-nan} ${leads:--}"
 }
 

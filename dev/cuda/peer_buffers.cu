@@ -14,6 +14,7 @@
 //      each wait for their peer's publication signal (ME_TP_AG_SIGNALS), the fill ordered before
 //      the signals by an event only, as in the engine;
 //   2. bandwidth of the copy engines: one peer's chunk pulled alone, and all peers' at once;
+//      2b. every rank at once (an all-gather's traffic), by pulls and by pushes;
 //   3. what a copy beside a GEMM costs: a bf16 GEMM alone, then with the pulls running on
 //      another stream (the GEMM's slowdown and the copies' bandwidth), which NCCL's kernels
 //      doubled on the same machine;
@@ -41,9 +42,10 @@ using me::kernels::PeerBuffers;
 
 // Shared by the forked ranks (mapped before fork): their IPC handles and a spin barrier.
 struct Shared {
-  std::atomic<int> arrived[64];
+  std::atomic<int> arrived[128];
   uint8_t handles[32 * PeerBuffers::kHandleBytes];
   std::atomic<int> failures;
+  double us[4][32];  // 2b: each rank's microseconds per exchange, by pattern
 };
 
 void host_barrier(Shared* s, int n, int round) {
@@ -319,6 +321,51 @@ int run_rank(int rank, int n, size_t chunk_bytes, Shared* shared) {
     std::printf("copy engines: %.1f MiB from one peer %.1f us (%.0f GB/s); from %d peers at once %.1f us (%.0f GB/s in)\n",
                 chunk_bytes / 1048576.0, one * 1e3, chunk_bytes / one / 1e6, n - 1, all * 1e3,
                 chunk_bytes * (n - 1) / all / 1e6);
+    for (auto& st : streams) CUDA_CHECK(cudaStreamDestroy(st));
+  }
+  host_barrier(shared, n, round++);
+
+  // 2b. every rank at once, as a training step's all-gather runs: each pulls every peer's chunk
+  // (into its result, one stream as the engine does, then a stream per peer), or pushes its own
+  // chunk into every peer's slot (its place in slot 1; one stream, then a stream per peer).
+  // Pulls are reads over NVLink, pushes writes: which way moves more, with every GPU both
+  // sending and receiving, decides how the engine's all-gather should move its rows.
+  if (n > 1) {
+    std::vector<cudaStream_t> streams(n);
+    for (auto& st : streams) CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    auto exchange = [&](int pattern) {
+      const bool push = pattern >= 2, spread = pattern % 2 == 1;
+      for (int k = 1; k < n; ++k) {
+        const int peer = (rank + k) % n;
+        cudaStream_t st = spread ? streams[k] : copies;
+        if (push)
+          PeerBuffers::copy(static_cast<char*>(peers.slot(peer, 1)) + rank * chunk_bytes, peers.slot(rank, 0),
+                            chunk_bytes, st);
+        else
+          PeerBuffers::copy(gathered + peer * count, peers.slot(peer, 0), chunk_bytes, st);
+      }
+    };
+    for (int pattern = 0; pattern < 4; ++pattern) {
+      exchange(pattern);  // warm-up
+      CUDA_CHECK(cudaDeviceSynchronize());
+      host_barrier(shared, n, round++);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) exchange(pattern);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      shared->us[pattern][rank] = ms_since(t0) * 1e3 / iters;
+      host_barrier(shared, n, round++);
+    }
+    if (rank == 0) {
+      const char* names[4] = {"pull, one stream", "pull, a stream per peer", "push, one stream",
+                              "push, a stream per peer"};
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        double slowest = 0;
+        for (int r = 0; r < n; ++r) slowest = std::max(slowest, shared->us[pattern][r]);
+        std::printf("every rank at once, %d peers' %.1f MiB each, %-24s: slowest rank %.1f us (%.0f GB/s in a GPU)\n",
+                    n - 1, chunk_bytes / 1048576.0, names[pattern], slowest,
+                    chunk_bytes * (n - 1) / slowest / 1e3);
+      }
+    }
     for (auto& st : streams) CUDA_CHECK(cudaStreamDestroy(st));
   }
   host_barrier(shared, n, round++);

@@ -8,6 +8,7 @@
 // composition it replaces (tests/unit/test_kernels.cpp). Errors (a failed launch) are thrown
 // as std::runtime_error naming the kernel.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -32,6 +33,11 @@ constexpr int kMaxSumParts = 7;  // tp 8: the seven peers' pushes
 // well (the bits of a following add_ of the broadcast bias: a row-parallel layer's).
 void sum_parts(DType t, void* out, const void* first, const void* const* parts, int count, int64_t n, void* stream,
                const void* bias = nullptr, int64_t cols = 0);
+
+// --- One read, two writes (the copy engines' all-gather) --------------------------------------
+// a[0, bytes) = b[0, bytes) = src[0, bytes): this rank's rows into its slot and into the gathered
+// result, read once. a, b and src do not overlap; any alignment (unaligned: two copies).
+void copy_twice(void* a, void* b, const void* src, size_t bytes, void* stream);
 
 // --- Rotary position embedding ("rotate half") -----------------------------------------------
 // Rows of head_dim elements addressed by (batch, position, group, rep) with element strides,

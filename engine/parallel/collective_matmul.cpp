@@ -116,21 +116,23 @@ bool gather_signals() {
 }
 
 // The copy engines' all-gather, started: on the compute stream this rank's rows into its slot and
-// into the result, then a barrier on the signal stream (so that the compute stream does not wait
-// for the last rank to arrive: at tp 4 the ranks drift apart), then on one copy stream every
-// peer's rows pulled from its slot, one peer after another, in ring order, each pull's event
-// recorded. The two local copies are on the compute stream because a copy within one GPU runs on
-// its multiprocessors, not on a copy engine: beside a GEMM it waited for the GEMM's last wave
-// (session 26, tp 2: own rows up to 1.4 ms late, the peers' pulls behind them, and the next GEMM
-// waiting 50-70 us for them; dev/cuda/peer_buffers shows a local copy queued beside a GEMM ending
-// with it, with or without cudaMemcpyFlagPreferOverlapWithCompute). Queued first, they take ~10 us
-// at full speed, and the pulls then run beside the whole GEMM.
-// One copy stream for the pulls: they share this GPU's NVLink bandwidth anyway (dev/cuda/peer_buffers:
-// three peers at once are no faster than one after another), and in order each peer's rows land
-// when the GEMM that waits for them comes next (on three streams the copy engines served them in
-// any order: the twenty-fourth session's trace). The result needs no record_stream: the caller makes
-// the compute stream wait for every pull (wait_for_pull) before the result is used elsewhere, so
-// the allocator's stream-ordered reuse of its block is safe.
+// into the result (one kernel that reads them once, kernels::copy_twice), then a barrier on the
+// signal stream (so that the compute stream does not wait for the last rank to arrive: at tp 4 the
+// ranks drift apart), then on one copy stream every peer's rows pulled from its slot, one peer
+// after another, in ring order, each pull's event recorded. The two local copies are on the compute
+// stream because a copy within one GPU runs on its multiprocessors, not on a copy engine: beside a
+// GEMM it waited for the GEMM's last wave (session 26, tp 2: own rows up to 1.4 ms late, the peers'
+// pulls behind them, and the next GEMM waiting 50-70 us for them; dev/cuda/peer_buffers shows a
+// local copy queued beside a GEMM ending with it, with or without
+// cudaMemcpyFlagPreferOverlapWithCompute). Queued first, they take ~10 us at full speed, and the
+// pulls then run beside the whole GEMM. As one kernel they read the rows once: three passes over
+// them instead of four, and one launch.
+// One copy stream for the pulls: they share this GPU's NVLink bandwidth anyway
+// (dev/cuda/peer_buffers: three peers at once are no faster than one after another), and in order
+// each peer's rows land when the GEMM that waits for them comes next (on three streams the copy
+// engines served them in any order: the twenty-fourth session's trace). The result needs no
+// record_stream: the caller makes the compute stream wait for every pull (wait_for_pull) before the
+// result is used elsewhere, so the allocator's stream-ordered reuse of its block is safe.
 struct PeerGather {
   torch::Tensor gathered;  // [b, s, ...]
   int64_t rows = 0;        // each rank's rows
@@ -146,7 +148,8 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
   PeerGather g{torch::empty(gathered_tokens_shape(in, size), in.options()), local.size(0)};
   char* all = static_cast<char*>(g.gathered.data_ptr());
   const int s = peers.next_slot();
-  kernels::PeerBuffers::copy(peers.slot(rank, s), local.data_ptr(), bytes, compute.stream());
+  kernels::copy_twice(peers.slot(rank, s), all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes,
+                      compute.stream());
   const auto signal = signal_stream(device);
   auto& input_ready = reused_event(device, kInputReady);
   input_ready.record(compute);
@@ -158,7 +161,6 @@ PeerGather start_peer_all_gather(const torch::Tensor& in, const TensorParallel& 
     peers.barrier(signal.stream());
   auto& published = reused_event(device, kPublished);
   published.record(signal);
-  kernels::PeerBuffers::copy(all + static_cast<size_t>(rank) * bytes, local.data_ptr(), bytes, compute.stream());
   const auto pulls = peer_stream(device, 1);
   published.block(pulls);
   for (int k = 1; k < size; ++k) {
@@ -175,30 +177,15 @@ void wait_for_pull(c10::DeviceIndex device, int k) {
   reused_event(device, kArrived + k).block(c10::cuda::getCurrentCUDAStream(device));
 }
 
-// An experiment's count from the environment variable `name`: at least 1, and 1 (the behaviour
-// without the experiment) when unset.
-int experiment_count(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::max(1, std::atoi(v)) : 1;
-}
-
-// How many peers' rows one GEMM of peer_all_gather_rows takes, at most (ME_TP_GATHER_GROUP; 1,
-// the default: each peer's rows as soon as they land). A measurement to make, not yet a setting:
-// at tp 4 a 512-row chunk of GPT-39B's QKV GEMM is 96 tiles for 132 SMs, and fewer, larger
-// GEMMs trade a wait for the later pulls (which run faster than the GEMMs) for fuller waves.
-int gather_group() {
-  static const int group = experiment_count("ME_TP_GATHER_GROUP");
-  return group;
-}
-
 // all_gather_rows on the copy engines: the GEMM of this rank's own rows while the pulls run, then
-// the peers' rows as soon as they have landed, gather_group() peers' contiguous rows at a time.
-torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows) {
+// the peers' rows as soon as they have landed, gather_group_for() peers' contiguous rows at a time.
+torch::Tensor peer_all_gather_rows(const torch::Tensor& in, const TensorParallel& tp, const RowsInto& rows,
+                                   int64_t out_cols) {
   const auto g = start_peer_all_gather(in, tp);
   const int size = tp.peers->size(), rank = tp.peers->rank();
   const auto all_rows = rows2d(g.gathered);
   rows(rows2d(in), g.rows * rank);
-  for (const auto& run : peer_runs(rank, size, gather_group())) {
+  for (const auto& run : peer_runs(rank, size, gather_group_for(out_cols, size))) {
     wait_for_pull(in.device().index(), run.last_pull);  // one copy stream: the earlier pulls are in too
     rows(all_rows.narrow(0, g.rows * run.first, g.rows * run.count), g.rows * run.first);
   }
@@ -304,6 +291,35 @@ std::vector<PeerRun> peer_runs(int rank, int size, int group) {
   return runs;
 }
 
+namespace {
+// ME_TP_GATHER_GROUP, when set (an experiment; 1: each peer's rows as soon as they land), else 0.
+int fixed_gather_group() {
+  static const int group = [] {
+    const char* v = std::getenv("ME_TP_GATHER_GROUP");
+    return v ? std::max(1, std::atoi(v)) : 0;
+  }();
+  return group;
+}
+
+// The GEMM's output columns per peer above which the GEMM of this rank's own rows outlasts the
+// pulls of every peer's rows, so that one GEMM over the peers' rows waits for nothing. Per row the
+// GEMM does 2 K N flops and a pull moves 2 K bytes, so it outlasts tp - 1 pulls when
+// N / rate >= (tp - 1) / bandwidth. On 4 x H200 (bench/RESULTS.md, thirty-second session) the pulls
+// ran at 230-265 GB/s, one peer after another, and the chunk GEMMs at 610-720 TFLOP/s: about 2,800
+// columns per peer, here with a quarter more for margin.
+constexpr int64_t kColsPerPeerToGroup = 3500;
+}  // namespace
+
+// Chunks of a thousand rows lost 10-20% of a GEMM's rate against the whole in the same session
+// (LLaMA-2-70B width, tp 4: QKV chunks at 627 TFLOP/s, the output projection's at 614, against
+// 777-780 unsplit on one GPU). At tp 4 the LLaMA-2-70B width's gate/up GEMM
+// (N 14,336) takes the three peers' rows at once, and its QKV (2,560) and the GPT-39B width's
+// GEMMs (6,144 and 8,192) stay per peer, where the pulls take about as long as the GEMMs.
+int gather_group_for(int64_t out_cols, int size) {
+  if (const int fixed = fixed_gather_group()) return fixed;
+  return out_cols >= kColsPerPeerToGroup * (size - 1) ? size - 1 : 1;
+}
+
 std::function<void()> start_collective(const std::vector<torch::Tensor>& uses, const std::function<void()>& collective,
                                        torch::Tensor* produced) {
 #if ME_TORCH_HAS_CUDA
@@ -396,11 +412,12 @@ torch::Tensor ring_all_gather_rows(const torch::Tensor& in, const TensorParallel
 }
 }  // namespace
 
-torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows) {
+torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows,
+                              int64_t out_cols) {
   ME_CHECK(local.dim() >= 2, "all_gather_rows: expected [batch, seq / tp, ...], got shape ", local.sizes());
   auto in = local.contiguous();
 #if ME_PEER_COLLECTIVES
-  if (peers_take(in, tp, nbytes(in))) return peer_all_gather_rows(in, tp, rows);
+  if (peers_take(in, tp, nbytes(in))) return peer_all_gather_rows(in, tp, rows, out_cols);
 #endif
   if (tp.gather_ring && !tp.slots) return ring_all_gather_rows(in, tp, rows);
   auto& group = *tp.group;

@@ -53,8 +53,11 @@ using RowsInto = std::function<void(const torch::Tensor& in, int64_t first)>;
 // All-gathers this rank's chunk `local` ([b, s / tp, ...]) into [b, s, ...], which it returns,
 // and calls rows() on every chunk of it: on this rank's own while the others arrive, then on
 // each peer's as soon as it is in (the copy engines; NCCL with TensorParallel::gather_ring), or
-// else on the rows before it and the rows after it once all are.
-torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows);
+// else on the rows before it and the rows after it once all are. out_cols: the columns rows()
+// computes per row (the GEMM's N; 0 if not known): on the copy engines, a GEMM wide enough to
+// outlast every pull takes all the peers' rows at once (fuller waves) instead of one peer's.
+torch::Tensor all_gather_rows(const torch::Tensor& local, const TensorParallel& tp, const RowsInto& rows,
+                              int64_t out_cols = 0);
 
 // The peers' rows of the copy engines' all-gather in the order they are pulled (rank + 1,
 // rank + 2, ... around the ring), as runs of at most `group` peers whose rows are contiguous (a
@@ -64,6 +67,12 @@ struct PeerRun {
   int first = 0, count = 0, last_pull = 0;
 };
 std::vector<PeerRun> peer_runs(int rank, int size, int group);
+
+// peer_runs' group for a GEMM of out_cols output columns (0: not known) at `size` ranks: every
+// peer's rows in one GEMM (two where the peers' rows wrap past rank 0) where the GEMM of this
+// rank's own rows outlasts the pulls of all the others', else each peer's rows as they land.
+// ME_TP_GATHER_GROUP=N, when set, fixes it at N (an experiment; 1: each peer's rows).
+int gather_group_for(int64_t out_cols, int size);
 
 // All-gathers `local` ([b, s / tp, ...]) into [b, s, ...], which it returns, while beside()
 // runs on the current stream (backward's held weight-gradient GEMM: DelayedWeightGrad): on the

@@ -409,9 +409,10 @@ RowsProduct rows_times(const torch::Tensor& x2, const torch::Tensor& w, const to
 
 // The gradient of reduce_scattered's input from this rank's tokens' output gradient dy: dy
 // all-gathered over the tokens (returned, for the weight gradient) while the input gradient of
-// this rank's own rows is computed by rows_into, then the rest.
-torch::Tensor gathered_grad(const torch::Tensor& dy, const TensorParallel& tp, const RowsInto& rows_into) {
-  if (tp.overlap_comm) return all_gather_rows(dy, tp, rows_into);
+// this rank's own rows is computed by rows_into, then the rest (out_cols: the input gradient's columns).
+torch::Tensor gathered_grad(const torch::Tensor& dy, const TensorParallel& tp, const RowsInto& rows_into,
+                            int64_t out_cols) {
+  if (tp.overlap_comm) return all_gather_rows(dy, tp, rows_into, out_cols);
   auto full = all_gather_tokens(dy, *tp.group);
   rows_into(rows_of(full), 0);
   return full;
@@ -507,7 +508,7 @@ LinearForward linear_forward(const torch::Tensor& in, const torch::Tensor& w, co
     f.x = all_gather_rows(in, *tp, [&](const torch::Tensor& rows, int64_t first) {
       const auto n = rows.size(0);
       linear_into(rows, w, b, pre2.narrow(0, first, n), gelu ? act2.narrow(0, first, n) : torch::Tensor());
-    });
+    }, w.size(0));
     return f;
   }
   f.x = tp && tp->sequence_parallel ? all_gather_tokens(in, *tp->group) : in;
@@ -602,7 +603,7 @@ struct LinearMainGrad : public torch::autograd::Function<LinearMainGrad> {
       const auto dx2 = rows_in(dx);
       dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, [&](const torch::Tensor& rows, int64_t first) {
         input_grad_into(rows, w, dx2.narrow(0, first, rows.size(0)));
-      }));
+      }, w.size(1)));
     } else {
       dy = rows_of(grads[0]);
       dx = dy.mm(w).view(x.sizes());
@@ -654,7 +655,7 @@ struct GeluLinearMainGrad : public torch::autograd::Function<GeluLinearMainGrad>
       dy = rows_of(gathered_beside_held(grads[0].contiguous(), *out_tp));
       rows_into(dy, 0);
     } else if (const auto* out_tp = comm.row_tp()) {
-      dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, rows_into));
+      dy = rows_of(gathered_grad(grads[0].contiguous(), *out_tp, rows_into, w.size(1)));
     } else {
       dy = rows_of(grads[0]);
       rows_into(dy, 0);

@@ -22,11 +22,13 @@ struct HostLead::Impl {
   struct Mark {
     cudaEvent_t event = nullptr;  // with timing, reused from step to step
     Clock::time_point at;
+    int where = 0;  // as Window::least_at
   };
   std::vector<Mark> marks;  // marks[0]: the step's start
   size_t used = 0;          // marks recorded in the current step
+  int forwards = 0, backwards = 0;  // in the current step
 #endif
-  std::vector<double> leads;  // ms, since the last take()
+  std::vector<std::pair<double, int>> leads;  // {ms, where}, since the last take()
 
   ~Impl() {
 #if ME_TORCH_HAS_CUDA
@@ -34,7 +36,7 @@ struct HostLead::Impl {
 #endif
   }
 
-  void record() {
+  void record(int where) {
 #if ME_TORCH_HAS_CUDA
     if (used == marks.size()) {
       Mark m;
@@ -45,6 +47,7 @@ struct HostLead::Impl {
       marks.push_back(m);
     }
     auto& m = marks[used];
+    m.where = where;
     m.at = Clock::now();
     if (cudaEventRecord(m.event, c10::cuda::getCurrentCUDAStream().stream()) != cudaSuccess) {
       cudaGetLastError();
@@ -58,8 +61,17 @@ struct HostLead::Impl {
   void begin_step() {
 #if ME_TORCH_HAS_CUDA
     used = 0;
+    forwards = backwards = 0;
 #endif
-    record();
+    record(0);
+  }
+
+  void record_micro_batch(bool backward) {
+#if ME_TORCH_HAS_CUDA
+    record(backward ? -++backwards : ++forwards);
+#else
+    (void)backward;
+#endif
   }
 
   // The marks of the step that ended (all done: the step read its gradient norm back; a mark
@@ -73,7 +85,7 @@ struct HostLead::Impl {
         break;
       }
       const double host_ms = std::chrono::duration<double, std::milli>(marks[i].at - marks[0].at).count();
-      leads.push_back(std::max(0.0, static_cast<double>(gpu_ms) - host_ms));
+      leads.emplace_back(std::max(0.0, static_cast<double>(gpu_ms) - host_ms), marks[i].where);
     }
     used = 0;
 #endif
@@ -91,17 +103,18 @@ void HostLead::end_step() {
   if (impl_) impl_->read_step();
 }
 
-void HostLead::mark() {
-  if (impl_) impl_->record();
+void HostLead::mark(bool backward) {
+  if (impl_) impl_->record_micro_batch(backward);
 }
 
 HostLead::Window HostLead::take() {
   Window w;
   if (!impl_ || impl_->leads.empty()) return w;
   auto& v = impl_->leads;
-  std::sort(v.begin(), v.end());
-  w.least_ms = v.front();
-  w.median_ms = v[v.size() / 2];
+  std::sort(v.begin(), v.end());  // by lead; a tie goes to the earlier mark of the step
+  w.least_ms = v.front().first;
+  w.least_at = v.front().second;
+  w.median_ms = v[v.size() / 2].first;
   v.clear();
   return w;
 }

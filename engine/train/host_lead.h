@@ -19,13 +19,15 @@ class HostLead {
 
   // The step's first event (marks left by a step that threw part-way are dropped).
   void start_step();
-  // A micro-batch's forward or backward is about to be queued on the current stream.
-  void mark();
+  // A micro-batch's forward (backward false) or backward is about to be queued on the current
+  // stream: the step's k-th of its kind is micro-batch k's (backwards run oldest first).
+  void mark(bool backward);
   // After the step has read its gradient norm back (its marks are all done): their leads.
   void end_step();
 
   struct Window {
     double median_ms = -1, least_ms = -1;  // over the marks since the last take(); -1: none
+    int least_at = 0;  // where the least was: +k micro-batch k's forward, -k its backward; 0: none
   };
   // The leads read since the last take() (each step's first mark left out: its GPU was idle
   // when the step began, so its lead is 0 whatever the host does).

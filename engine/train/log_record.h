@@ -48,9 +48,11 @@ struct LogRecord {
   RankSpread host_wait_ms;
   // Several ranks on GPUs: each host's lead over its GPU where it queues a micro-batch's forward
   // or backward (HostLead), the median over the window's marks; and the least single lead of any
-  // rank. A median near 0: that host is behind its GPU through the step.
+  // rank, that rank, and where in the step it was (HostLead::Window::least_at: +k micro-batch k's
+  // forward, -k its backward). A median near 0: that host is behind its GPU through the step.
   RankSpread host_lead_ms;
   double host_lead_least_ms = 0;
+  int host_lead_least_rank = -1, host_lead_least_at = 0;
 };
 
 }  // namespace me::train

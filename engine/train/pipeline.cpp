@@ -70,7 +70,7 @@ class PipelineSchedule::StepRun {
 
   // Forward of the next micro-batch; on the last stage its output is the loss.
   torch::Tensor forward(torch::Tensor input) {
-    if (hooks_.before_micro_batch) hooks_.before_micro_batch();
+    if (hooks_.before_micro_batch) hooks_.before_micro_batch(false);
     const int64_t m = forwards_++;
     if (first_) input = tokens_.narrow(0, m * micro_, micro_);
     else input.requires_grad_(true);  // its gradient goes back to the previous stage
@@ -90,7 +90,7 @@ class PipelineSchedule::StepRun {
   // stage); returns its input's gradient (none on the first stage). Weight gradients are held
   // back in held_ under deferred_wgrads_.
   torch::Tensor backward(const torch::Tensor& grad_out) {
-    if (hooks_.before_micro_batch) hooks_.before_micro_batch();
+    if (hooks_.before_micro_batch) hooks_.before_micro_batch(true);
     const auto [input, out] = alive_.front();
     alive_.pop_front();
     struct HoldBack {  // the sink queues weight gradients only during this backward

@@ -45,7 +45,7 @@ class PipelineSchedule {
   struct Hooks {
     std::function<void()> after_backward;
     std::function<void(Phase phase)> mark;
-    std::function<void()> before_micro_batch;  // before each forward's and backward's work is queued
+    std::function<void(bool backward)> before_micro_batch;  // before each forward's and backward's work is queued
   };
 
   // Forward and backward of `micro_batches` micro-batches of `micro` rows of tokens/labels

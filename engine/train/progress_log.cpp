@@ -126,6 +126,11 @@ void log_progress_line(const LogRecord& r) {
     text += spread_text("host ms ahead of its GPU at micro-batches (each rank's median)", r.host_lead_ms);
     std::snprintf(line, sizeof line, ", least of all %.2f", r.host_lead_least_ms);
     text += line;
+    if (r.host_lead_least_at != 0) {  // where: which rank, and before which micro-batch's work
+      std::snprintf(line, sizeof line, " (rank %d, micro-batch %d's %s)", r.host_lead_least_rank,
+                    std::abs(r.host_lead_least_at), r.host_lead_least_at > 0 ? "forward" : "backward");
+      text += line;
+    }
   }
   log::info(text);
   if (r.phases.any()) {

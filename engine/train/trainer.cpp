@@ -190,7 +190,7 @@ PipelineSchedule::Hooks Trainer::pipeline_hooks() {
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();  // the buffer holds the gradient
   };
   hooks.mark = [this](Phase phase) { phases_.mark(phase); };
-  hooks.before_micro_batch = [this] { host_lead_->mark(); };
+  hooks.before_micro_batch = [this](bool backward) { host_lead_->mark(backward); };
   return hooks;
 }
 

@@ -178,18 +178,21 @@ void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window
   const double own = std::max(0.0, (window_ms - window_waited_ms) / static_cast<double>(steps));
   const double host_wait = host_wait_ms / static_cast<double>(steps);
   const auto all =
-      comm_->all_gather_object(cat(own, " ", barrier_ms, " ", host_wait, " ", lead.median_ms, " ", lead.least_ms));
+      comm_->all_gather_object(cat(own, " ", barrier_ms, " ", host_wait, " ", lead.median_ms, " ", lead.least_ms, " ", lead.least_at));
   std::vector<std::pair<double, int>> by_time, by_wait, by_host_wait, by_lead;
   double least_lead = -1;
+  int least_lead_rank = -1, least_lead_at = 0;
   for (size_t r = 0; r < all.size(); ++r) {
     std::istringstream in(all[r]);
     double t = 0, w = 0, h = 0, lm = 0, ll = 0;
-    ME_CHECK(static_cast<bool>(in >> t >> w >> h >> lm >> ll), "rank ", r, "'s step times could not be read: '", all[r], "'");
+    int at = 0;
+    ME_CHECK(static_cast<bool>(in >> t >> w >> h >> lm >> ll >> at), "rank ", r, "'s step times could not be read: '", all[r],
+             "'");
     by_time.emplace_back(t, static_cast<int>(r));
     by_wait.emplace_back(w, static_cast<int>(r));
     by_host_wait.emplace_back(h, static_cast<int>(r));
     by_lead.emplace_back(lm, static_cast<int>(r));
-    if (ll >= 0 && (least_lead < 0 || ll < least_lead)) least_lead = ll;
+    if (ll >= 0 && (least_lead < 0 || ll < least_lead)) least_lead = ll, least_lead_rank = static_cast<int>(r), least_lead_at = at;
   }
   if (const auto w = spread_of(by_wait); w.min >= 0) rec.barrier_ms = least_named(w);  // every rank measured
   // On the CPU the norm is read back from a finished host computation.
@@ -197,6 +200,7 @@ void Trainer::measure_stragglers(LogRecord& rec, double window_ms, double window
   if (const auto l = spread_of(by_lead); l.min >= 0) {  // every rank read its marks
     rec.host_lead_ms = least_named(l);
     rec.host_lead_least_ms = least_lead;
+    rec.host_lead_least_rank = least_lead_rank, rec.host_lead_least_at = least_lead_at;
   }
   const auto t = spread_of(by_time);  // by_time sorted, for the median of the others below
   rec.rank_ms_min = t.min, rec.rank_ms_median = t.median, rec.rank_ms_max = t.max;

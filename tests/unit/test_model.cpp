@@ -560,3 +560,19 @@ TEST_CASE("copy-engine all-gather: the peers' rows as runs of contiguous ranks, 
         CHECK(seen.count(rank) == 0);
       }
 }
+
+TEST_CASE("copy-engine all-gather: a GEMM wide enough to outlast the pulls takes every peer's rows at once", "[model]") {
+  using me::parallel::gather_group_for;
+  if (std::getenv("ME_TP_GATHER_GROUP")) return;  // the experiment fixes the group
+  // tp 4, the output columns per rank: LLaMA-2-70B's gate/up (2 x 28672 / 4) outlasts three pulls
+  CHECK(gather_group_for(2 * 28672 / 4, 4) == 3);
+  // its QKV ((64 + 2 x 8) x 128 / 4) and GPT-39B's QKV (3 x 8192 / 4) and fc1 (4 x 8192 / 4) do not
+  CHECK(gather_group_for((64 + 16) * 128 / 4, 4) == 1);
+  CHECK(gather_group_for(3 * 8192 / 4, 4) == 1);
+  CHECK(gather_group_for(4 * 8192 / 4, 4) == 1);
+  // one peer: nothing to group; an unknown width: each peer as it lands
+  CHECK(gather_group_for(2 * 28672 / 2, 2) == 1);
+  CHECK(gather_group_for(0, 4) == 1);
+  // tp 8, LLaMA-2-70B's gate/up (7168 columns) against seven pulls: per peer
+  CHECK(gather_group_for(2 * 28672 / 8, 8) == 1);
+}

@@ -76,9 +76,13 @@ TEST_CASE("the progress line gives each rank's own step time and TP barrier wait
   SECTION("on GPUs: each host's lead over its GPU at its micro-batches, and the rank with the least") {
     r.rank_ms_min = 107.4, r.rank_ms_median = 107.5, r.rank_ms_max = 107.9, r.slowest_rank = 1;
     r.host_lead_ms = {0.01, 3.5, 9.25, 3}, r.host_lead_least_ms = 0;
-    const auto line = progress_line(r);
+    r.host_lead_least_rank = 2, r.host_lead_least_at = -1;
+    auto line = progress_line(r);
     // tp_width.sh reads it with spread_over_ranks
     CHECK_THAT(line, Catch::Contains("host ms ahead of its GPU at micro-batches (each rank's median) over ranks "
-                                     "(min/median/max): 0.01/3.50/9.25 (min: rank 3), least of all 0.00"));
+                                     "(min/median/max): 0.01/3.50/9.25 (min: rank 3), least of all 0.00 "
+                                     "(rank 2, micro-batch 1's backward)"));
+    r.host_lead_least_at = 3;
+    CHECK_THAT(progress_line(r), Catch::Contains("least of all 0.00 (rank 2, micro-batch 3's forward)"));
   }
 }
