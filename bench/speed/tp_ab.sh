@@ -35,27 +35,28 @@ build() {  # build SRC DIR TARGETS...
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$work/$(basename "$dir").cmake.log" 2>&1 &&
     cmake --build "$dir" --target "$@" -j "$(($(nproc) / 2))" > "$work/$(basename "$dir").build.log" 2>&1
 }
-checkers=()
+checks=${ME_BENCH_CHECKS:-1}
+checkers=() check_targets=()
 for k in sum_parts copy_twice chunk_gemm peer_buffers; do [ -f "$repo/dev/cuda/$k.cu" ] && checkers+=("dev_cuda_$k"); done
+[ "$checks" = 1 ] && check_targets=(me_unit_tests "${checkers[@]}")
 build "$base" /tmp/b_base megaengine &
 pb=$!
-build "$repo" /tmp/b_cur megaengine me_unit_tests "${checkers[@]}" &
+build "$repo" /tmp/b_cur megaengine "${check_targets[@]}" &
 pc=$!
 wait $pc || { say "current build failed"; grep -A5 error "$work/b_cur.build.log" | head -30 | tee -a "$summary"; exit 1; }
 wait $pb || { say "base build failed"; grep -A5 error "$work/b_base.build.log" | head -30 | tee -a "$summary"; exit 1; }
 say "both built in $((SECONDS - t0)) s"
 
-[ "${ME_BENCH_CHECKS:-1}" = 1 ] || checkers=()
-[ "${#checkers[@]}" -gt 0 ] && say "## checks"
-for c in "${checkers[@]}"; do
-  k=${c#dev_cuda_}
-  args=()
-  [ "$k" = peer_buffers ] && args=("$tps")
-  timeout 120 "/tmp/b_cur/dev/cuda/$k" "${args[@]}" > "$work/$k.log" 2>&1
-  say "dev/cuda/$k: exit $? ($(grep -cE 'FAIL' "$work/$k.log") FAIL lines)"
-  grep -E 'time |host |local copy' "$work/$k.log" | head -8 | sed 's/^/    /' >> "$summary"
-done
-if [ "${ME_BENCH_CHECKS:-1}" = 1 ]; then
+if [ "$checks" = 1 ]; then
+  say "## checks"
+  for c in "${checkers[@]}"; do
+    k=${c#dev_cuda_}
+    args=()
+    [ "$k" = peer_buffers ] && args=("$tps")
+    timeout 120 "/tmp/b_cur/dev/cuda/$k" "${args[@]}" > "$work/$k.log" 2>&1
+    say "dev/cuda/$k: exit $? ($(grep -cE 'FAIL' "$work/$k.log") FAIL lines)"
+    grep -E 'time |host |local copy' "$work/$k.log" | head -8 | sed 's/^/    /' >> "$summary"
+  done
   timeout 200 /tmp/b_cur/tests/me_unit_tests "[gpu]" > "$work/unit_gpu.log" 2>&1
   say "me_unit_tests [gpu]: exit $?, $(tail -2 "$work/unit_gpu.log" | tr '\n' ' ')"
   timeout 200 bash "$repo/tests/cli/tp_copy_engine_gpu.sh" /tmp/b_cur/megaengine > "$work/tp_copy_engine_gpu.log" 2>&1

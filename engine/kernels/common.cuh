@@ -39,6 +39,11 @@ __host__ __device__ inline bool aligned16(const void* p) { return reinterpret_ca
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
+// A CUDA runtime call's error as an exception naming who made it: "who: what: the error".
+inline void check_call(cudaError_t e, const char* who, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(who) + ": " + what + ": " + cudaGetErrorString(e));
+}
+
 inline void check_launch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA kernel ") + kernel + ": " + cudaGetErrorString(e));

@@ -20,10 +20,6 @@ __global__ void copy_twice_kernel(uint4* a, uint4* b, const uint4* src, int64_t 
 
 constexpr int kThreads = 256;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("copy_twice: ") + what + ": " + cudaGetErrorString(e));
-}
-
 }  // namespace
 
 void copy_twice(void* a, void* b, const void* src, size_t bytes, void* stream) {
@@ -31,8 +27,8 @@ void copy_twice(void* a, void* b, const void* src, size_t bytes, void* stream) {
   const auto s = detail::as_stream(stream);
   if (bytes % 16 != 0 || !detail::aligned16(a) || !detail::aligned16(b) || !detail::aligned16(src)) {
     // Rows of a shape the kernel does not take: the two copies it replaces.
-    check(cudaMemcpyAsync(a, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
-    check(cudaMemcpyAsync(b, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+    detail::check_call(cudaMemcpyAsync(a, src, bytes, cudaMemcpyDefault, s), "copy_twice", "cudaMemcpyAsync");
+    detail::check_call(cudaMemcpyAsync(b, src, bytes, cudaMemcpyDefault, s), "copy_twice", "cudaMemcpyAsync");
     return;
   }
   const auto n = static_cast<int64_t>(bytes / 16);

@@ -1,5 +1,7 @@
 #include "engine/kernels/peer_buffers.h"
 
+#include "engine/kernels/common.cuh"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -19,9 +21,7 @@ constexpr int kMaxRanks = 32;
 constexpr int kArrivalWords = kMaxRanks, kPublishedWords = 2 * kMaxRanks;
 constexpr size_t kPadBytes = 3 * kMaxRanks * sizeof(uint64_t);
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("PeerBuffers: ") + what + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { detail::check_call(e, "PeerBuffers", what); }
 
 // Thread 0 counts this barrier (the count is its epoch); then one thread per other rank: tell rank
 // j that this rank arrived (its word in j's pad), then wait for j's word in this rank's pad. The
