@@ -103,7 +103,10 @@ run() {
   [ "$tp" -gt 1 ] && launch=(--nproc "$tp")
   # The step profile gives the exposed NCCL time and the host-bound ranks, both tp > 1 columns: tp 1
   # runs without it (its trace is written and parsed for nothing) unless its trace is kept.
-  local profile="train.profile_at=2 train.profile_steps=2 train.profile_trace=$trace"
+  # With train.cuda_graphs the second step captures the graphs: the profile starts a step later.
+  local at=2
+  case " $* " in *" train.cuda_graphs=true "*) at=3 ;; esac
+  local profile="train.profile_at=$at train.profile_steps=2 train.profile_trace=$trace"
   [ "$tp" -eq 1 ] && [ "${ME_BENCH_KEEP_TRACES:-}" != all ] && profile=""
   if [ $((SECONDS - t0)) -gt "$deadline" ]; then echo "skipped (deadline)"; return; fi
   env "${env[@]}" ME_BENCH_MODEL=$model ME_BENCH_MICRO=$micro ME_BENCH_STEPS=${ME_BENCH_STEPS:-16} ME_BENCH_WARMUP=$warmup \

@@ -2,6 +2,7 @@
 
 #include "engine/launch/bootstrap.h"
 #include "engine/launch/cpu_affinity.h"
+#include "engine/core/graph_capture.h"
 #include "engine/core/error.h"
 #include "engine/core/format.h"
 #include "engine/core/log.h"
@@ -257,6 +258,9 @@ class NcclGroup : public ProcessGroup {
   WorkPtr launch(const char* op, const torch::Tensor& t, F&& call) {
     ME_CHECK(t.is_cuda() && t.device().index() == device_, op, " on group '", name(), "': tensor is on ", t.device(),
              ", the group drives cuda:", device_);
+    // Its event and watchdog are the host's: a captured collective would be watched once, not per replay.
+    ME_CHECK(!graph_capture_underway(), op, " on group '", name(), "' inside a CUDA graph capture (train.cuda_graphs): ",
+             "NCCL's collectives are not captured; set train.cuda_graphs = false");
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     const cudaStream_t current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
     cudaStream_t stream = current;

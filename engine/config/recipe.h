@@ -179,6 +179,7 @@ struct TrainSpec {
   int64_t max_consecutive_nan{};
   double straggler_factor{};  // 0: no straggler report
   bool deterministic{};       // engine/core/determinism.h
+  bool cuda_graphs{};         // the blocks as CUDA graphs from the second step (model/block_graphs.h)
 
   void check() const;
 };
@@ -324,6 +325,7 @@ void visit_fields(S& t, V&& v) {
   v("max_consecutive_nan", t.max_consecutive_nan);
   v("straggler_factor", t.straggler_factor);
   v("deterministic", t.deterministic);
+  v("cuda_graphs", t.cuda_graphs);
 }
 
 template <class S, class V, if_section<S, CheckpointSpec> = 0>

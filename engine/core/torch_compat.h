@@ -284,6 +284,26 @@ inline void set_cuda_rng_state(const torch::Tensor&) {}
 
 // Waits for all work queued on the current GPU.
 inline void cuda_synchronize() { torch::cuda::synchronize(); }
+#if ME_TORCH_HAS_CUDA
+// Starts capturing a CUDA graph (at::cuda::CUDAGraph) into memory pool `pool`. 2.x also takes the
+// capture's error mode: thread-local, so that other threads' CUDA calls (NCCL's watchdog queries
+// events) do not invalidate it; 1.13's captures always run in the global mode.
+template <class Graph, class Pool>
+void graph_capture_begin(Graph& graph, Pool pool) {
+#if ME_TORCH_AT_LEAST(2, 0)
+  graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+#else
+  graph.capture_begin(pool);
+#endif
+}
+#endif
+
+// Returns the caching allocator's unused blocks to the driver (nothing without CUDA).
+inline void cuda_empty_cache() {
+#if ME_TORCH_HAS_CUDA
+  if (cuda_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
 
 // The caching allocator's bytes in use on the current GPU, now and at the peak since the
 // last reset (0 without CUDA). Index 0 of the stat arrays is the aggregate over pools.

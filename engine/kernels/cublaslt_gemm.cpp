@@ -74,6 +74,17 @@ struct Context {
   std::map<std::pair<int, cudaStream_t>, void*> workspaces;  // per device and stream: never shared by two streams
 };
 
+// The workspace of (device, stream), allocated on first use.
+void* workspace_of(Context& ctx, int device, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  auto& ws = ctx.workspaces[{device, stream}];
+  if (!ws && cudaMalloc(&ws, kWorkspaceBytes) != cudaSuccess) {
+    ws = nullptr;
+    throw std::runtime_error("cuBLASLt GEMM: cannot allocate its 32 MiB workspace");
+  }
+  return ws;
+}
+
 // Made once and never destroyed: tearing it down at exit could run after the CUDA runtime's own.
 Context& context() {
   static Context* c = [] {
@@ -164,16 +175,7 @@ bool run(const Gemm& g, cudaStream_t stream) {
   auto& plan = plans[key];
   if (!plan) plan = make_plan(g, ctx.handle, {align_a, align_b, align_d});
   if (!plan->found) return false;  // no kernel for this epilogue and shape: the caller composes
-  void* workspace = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(ctx.mutex);
-    auto& ws = ctx.workspaces[{device, stream}];
-    if (!ws && cudaMalloc(&ws, kWorkspaceBytes) != cudaSuccess) {
-      ws = nullptr;
-      throw std::runtime_error("cuBLASLt GEMM: cannot allocate its 32 MiB workspace");
-    }
-    workspace = ws;
-  }
+  void* workspace = workspace_of(ctx, device, stream);
   if (g.bias) set(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.aux) set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
   if (g.a_scale) set(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
@@ -190,6 +192,12 @@ cudaDataType_t cuda_type(Fp8 f) { return f == Fp8::e4m3 ? CUDA_R_8F_E4M3 : CUDA_
 }  // namespace
 
 void set_gemm_sm_count_target(int sms) { sm_count_target = sms > 0 ? sms : 0; }
+
+void reserve_gemm_workspace(void* stream) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) throw std::runtime_error("cuBLASLt GEMM: no current CUDA device");
+  workspace_of(context(), device, static_cast<cudaStream_t>(stream));
+}
 
 bool gemm_gelu_supported(int64_t in_features, int64_t out_features) {
   // 16-byte rows for every operand (bf16: multiples of 8), as the epilogue's aux matrix needs.

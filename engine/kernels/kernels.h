@@ -114,6 +114,9 @@ bool gemm_gelu_supported(int64_t in_features, int64_t out_features);  // both mu
 // The multiprocessors this thread's GeLU GEMMs target from now on (0: all; cuBLASLt's
 // SM_COUNT_TARGET), to leave room for a collective running beside them.
 void set_gemm_sm_count_target(int sms);
+// Allocates the current device's workspace for `stream` now, if it has none: a stream that will
+// capture a CUDA graph (model/block_graphs.h), inside which cudaMalloc is not allowed.
+void reserve_gemm_workspace(void* stream);
 bool gemm_bias_gelu(const void* x, const void* w, const void* bias, void* pre, void* out, int64_t rows,
                     int64_t in_features, int64_t out_features, void* stream);
 bool gemm_dgelu(const void* grad_out, const void* w, const void* pre, void* grad_pre, int64_t rows,

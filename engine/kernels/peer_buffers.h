@@ -44,6 +44,11 @@ class PeerBuffers {
   // it must take an even number of them (or end with a barrier), or two replays back to back
   // would give consecutive collectives the same slot.
   int next_slot() { return static_cast<int>(collectives_++ % 2); }
+  // The collectives so far (the next one's slot is collectives() % 2), and one slot passed over,
+  // so that a replayed graph's collectives take the slots they were captured with. Only after a
+  // barrier: the slot the next collective takes is then the one the last one took.
+  uint64_t collectives() const { return collectives_; }
+  void skip_slot() { ++collectives_; }
 
   // Queues on `stream` a wait for every rank of the group to reach the same barrier: each rank's
   // work queued before it (copies into a region included) is done and visible to the others

@@ -9,6 +9,7 @@
 #include "engine/core/autograd_state.h"
 #include "engine/core/error.h"
 #include "engine/core/torch_compat.h"
+#include "engine/model/block_graphs.h"
 #include "engine/kernels/fp8_linear.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/parallel/main_grad.h"
@@ -325,9 +326,10 @@ torch::Tensor TransformerImpl::forward_stage(const torch::Tensor& input) {
     if (position_) use(*position_);
   }
   Residual r{stage_.first() ? embed(input) : input, {}};
-  for (const auto& block : *blocks_) {
-    use(*block);
-    r = block->as<Block>()->forward(r);
+  for (size_t i = 0; i < blocks_->size(); ++i) {
+    auto& block = *(*blocks_)[i]->as<BlockImpl>();
+    use(block);
+    r = graphs_ ? graphs_->forward(i, block, r) : block.forward(r);
   }
   if (!stage_.last()) return r.sum();  // the next stage receives the stream itself
   use(*final_norm_);

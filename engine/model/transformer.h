@@ -17,6 +17,7 @@
 namespace me::model {
 
 using parallel::TensorParallel;
+class BlockGraphs;  // model/block_graphs.h
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -118,6 +119,9 @@ class TransformerImpl : public torch::nn::Module {
   // parameters waits there for that part's weights only.
   using BeforeUse = std::function<void(torch::nn::Module&)>;
   void set_before_use(BeforeUse fn) { before_use_ = std::move(fn); }
+  // The blocks run through these (train.cuda_graphs: model/block_graphs.h); null: eagerly.
+  void set_block_graphs(std::shared_ptr<BlockGraphs> graphs) { graphs_ = std::move(graphs); }
+  size_t block_count() const { return blocks_->size(); }
 
   // After backward under sequence parallelism: all-reduce over TP the gradients of
   // replicated parameters that only saw this rank's tokens (norms, row biases).
@@ -146,6 +150,7 @@ class TransformerImpl : public torch::nn::Module {
   parallel::ColumnParallelLinear output_{nullptr};  // untied head only
   std::map<std::string, parallel::ShardInfo> shards_;
   BeforeUse before_use_;
+  std::shared_ptr<BlockGraphs> graphs_;
 };
 TORCH_MODULE(Transformer);
 

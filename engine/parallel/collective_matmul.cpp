@@ -2,6 +2,7 @@
 
 #include "engine/core/build_config.h"  // ME_HAVE_CUDA_KERNELS
 #include "engine/core/error.h"
+#include "engine/core/graph_capture.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/parallel/mappings.h"
@@ -110,9 +111,11 @@ bool on_unless_zero(const char* name) {
 // order). With the reduce-scatters' signals the ranks no longer meet at every reduce-scatter, and
 // an all-gather's barrier would make them meet there instead (thirtieth session, 4 x H100:
 // both signals faster than both barriers in five paired runs of tp 4 + SP, 0.2-0.4 ms a layer in four).
+// Inside a CUDA graph capture the barrier instead: the signals' counts are the host's, which a
+// replay would not advance (the barriers are counted on the GPU).
 bool gather_signals() {
   static const bool on = on_unless_zero("ME_TP_AG_SIGNALS");
-  return on;
+  return on && !graph_capture_underway();
 }
 
 // The copy engines' all-gather, started: on the compute stream this rank's rows into its slot and
@@ -237,9 +240,9 @@ void sum_received(const torch::Tensor& own, torch::Tensor& out, int s, kernels::
 // into this rank) instead of a barrier of all ranks: the default; ME_TP_RS_SIGNALS=0 brings the
 // barrier back. The sum needs only the pushes into this rank, and two of the three peers push a
 // chunk or two before their GEMMs end; a barrier also waited for the slowest rank's own pushes.
-bool reduce_scatter_signals() {
+bool reduce_scatter_signals() {  // as gather_signals: not inside a graph capture
   static const bool on = on_unless_zero("ME_TP_RS_SIGNALS");
-  return on;
+  return on && !graph_capture_underway();
 }
 
 // After the pushes into rank `to` (the k-th push stream's), with reduce_scatter_signals().

@@ -1,6 +1,9 @@
 #include "engine/parallel/grad_buffer.h"
 
 #include "engine/core/error.h"
+#include "engine/core/graph_capture.h"
+
+#include <utility>
 
 namespace me::parallel {
 
@@ -95,9 +98,12 @@ torch::Tensor GradBuffer::adopt_params(bool symmetric) {
 
 void GradBuffer::begin_step(int64_t micro_batches) {
   ME_CHECK(micro_batches > 0, "gradient buffer: a step needs at least one micro-batch, got ", micro_batches);
-  std::fill(written_.begin(), written_.end(), 0);
+  std::fill(written_.begin(), written_.end(), zero_each_step_ ? 1 : 0);
+  if (zero_each_step_) flat_.zero_();
   for (auto& b : buckets_) b.pending = b.size * micro_batches;
 }
+
+std::vector<torch::Tensor> GradBuffer::take_captured_writes() { return std::exchange(captured_writes_, {}); }
 
 torch::Tensor GradBuffer::main_grad(const torch::Tensor& param, bool* accumulate) {
   const auto it = index_.find(param.unsafeGetTensorImpl());
@@ -106,12 +112,19 @@ torch::Tensor GradBuffer::main_grad(const torch::Tensor& param, bool* accumulate
   return view(it->second);
 }
 
-void GradBuffer::mark_written(const torch::Tensor& param) { arrived(index_.at(param.unsafeGetTensorImpl())); }
+void GradBuffer::mark_written(const torch::Tensor& param) {
+  if (graph_capture_underway()) {
+    captured_writes_.push_back(param);
+    return;
+  }
+  arrived(index_.at(param.unsafeGetTensorImpl()));
+}
 
 void GradBuffer::mark_partly_written(const torch::Tensor& param) { written_[index_.at(param.unsafeGetTensorImpl())] = 1; }
 
 void GradBuffer::on_grad(size_t i, const torch::Tensor& g) {
   if (!g.defined()) return;  // written into the buffer by its layer (gradient-accumulation fusion)
+  if (graph_capture_underway()) return;  // the graph's output: this hook runs again at each replay
   // One kernel either way: the gradient is converted (if need be) inside the copy or the add.
   if (!written_[i]) view(i).copy_(g);
   else view(i).add_(g);

@@ -46,6 +46,14 @@ class GradBuffer : public parallel::MainGradSink {
   // grads. `before_deferred` runs once the other buckets are reduced and before deferred ones.
   void finish(const std::function<void()>& before_deferred = {});
 
+  // For CUDA graphs (train.cuda_graphs), whose replays cannot choose between writing a main grad
+  // and adding to it: begin_step zeroes the buffer and every gradient adds (one memset a step).
+  void set_zero_each_step(bool on) { zero_each_step_ = on; }
+  // While a graph is captured nothing is computed: the hooks do nothing, and the parameters
+  // whose main grads the captured work writes are logged instead of reported. The graph's owner
+  // takes the log and reports them (mark_written) after each replay.
+  std::vector<torch::Tensor> take_captured_writes();
+
   // The distributed optimizer's parameters: moves every parameter into one flat buffer of its
   // dtype laid out like the gradients (the parameters become views of it), so that the updated
   // pieces can be all-gathered bucket by bucket in place. Returns the buffer; `symmetric`: one
@@ -82,6 +90,8 @@ class GradBuffer : public parallel::MainGradSink {
   parallel::FlatLayout layout_;
   std::vector<size_t> bucket_of_;
   std::vector<char> written_;  // param i's main grad holds this step's gradient
+  bool zero_each_step_ = false;
+  std::vector<torch::Tensor> captured_writes_;
   std::unordered_map<const void*, size_t> index_;  // a parameter's TensorImpl -> its index
   std::vector<Bucket> buckets_;
   torch::Tensor flat_;

@@ -5,6 +5,7 @@
 
 #include "engine/core/autograd_state.h"
 #include "engine/core/error.h"
+#include "engine/core/graph_capture.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/parallel/collective_matmul.h"
@@ -229,6 +230,8 @@ torch::Tensor ones_row(const torch::Tensor& dy, int64_t n) {
     int64_t stream;
   };
   thread_local std::vector<Kept> kept;
+  // A CUDA graph's own: a kept row filled inside one capture holds ones only once that graph ran.
+  if (graph_capture_underway()) return torch::ones({1, n}, dy.options());
   int64_t stream = 0;
 #if ME_TORCH_HAS_CUDA
   if (dy.is_cuda()) stream = c10::cuda::getCurrentCUDAStream(dy.device().index()).id();

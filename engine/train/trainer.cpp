@@ -11,6 +11,7 @@
 #include "engine/core/stop_signals.h"
 #include "engine/core/torch_compat.h"
 #include "engine/kernels/fused_ops.h"
+#include "engine/model/block_graphs.h"
 #include "engine/checkpoint/metadata.h"
 #include "engine/plan/memory_report.h"
 #include "engine/train/run_metrics.h"
@@ -143,6 +144,14 @@ StepResult Trainer::step_async() {
 // then the optimizer and the non-finite policy. Nothing here waits for the GPU before the
 // gradient norm.
 StepResult Trainer::run_step() {
+  if (block_graphs_ && steps_run_ == 1) {
+    // The first step ran eagerly (plans, tables, workspaces made outside a capture); this one
+    // captures. Its activations' cached memory goes back first: the graphs' pool takes its own.
+    compat::cuda_synchronize();
+    compat::cuda_empty_cache();
+    block_graphs_->arm();
+  }
+  ++steps_run_;
   const double t0 = now_ms();
   test_faults_before_step();
   host_lead_->start_step();
@@ -167,6 +176,7 @@ StepResult Trainer::run_step() {
   r.skipped = !accept_update(r.grad_norm);
   phases_.mark(Phase::optimizer);
   last_loss_ = loss;
+  if (block_graphs_ && steps_run_ == 2 && is_logging_rank()) log::info("CUDA graphs (train.cuda_graphs): ", block_graphs_->describe());
   r.loss = std::nan("");
   r.ms = now_ms() - t0;
   return r;

@@ -164,6 +164,10 @@ class Trainer {
   void load_fp8_state(checkpoint::CheckpointReader& reader, const checkpoint::StateTensor& t);
   std::unique_ptr<kernels::Fp8Model> fp8_;  // precision = "fp8": what the layers share (outlives model_)
   model::Transformer model_{nullptr};
+  // train.cuda_graphs: the blocks as CUDA graphs, captured in this process's second step.
+  std::shared_ptr<model::BlockGraphs> block_graphs_;
+  int64_t steps_run_ = 0;  // run_step calls in this process (a resumed run starts at 0 too)
+  void build_block_graphs();
   std::unique_ptr<parallel::GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only

@@ -19,6 +19,7 @@
 #include "engine/core/torch_compat.h"
 #include "engine/core/build_config.h"  // ME_HAVE_CUDA_KERNELS
 #include "engine/kernels/fused_ops.h"
+#include "engine/model/block_graphs.h"
 #if ME_HAVE_CUDA_KERNELS
 #include "engine/kernels/peer_buffers.h"
 #endif
@@ -66,11 +67,15 @@ Trainer::Trainer(config::Recipe spec)
   build_model();
   build_optimizer();
   build_pipeline();
+  build_block_graphs();
   resume();
   if (saver_) saver_->prepare(state_tensors());  // the first save's host buffers, allocated meanwhile
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // The graphs report to this trainer's gradient buffer: a model kept after it runs eagerly.
+  if (model_) model_->set_block_graphs(nullptr);
+}
 
 // Several ranks (a launcher set RANK/WORLD_SIZE or Slurm did): a communicator and the tp, pp
 // and dp groups; dp is what tp x pp leaves of the world.
@@ -314,6 +319,36 @@ void Trainer::build_pipeline() {
   pipeline_ = std::make_unique<PipelineSchedule>(*model_, groups_ ? groups_->pp.get() : nullptr,
                                                  par.pp > 1 ? par.pp_deferred_wgrads : 0,
                                                  par.grad_accumulation_fusion ? grads_.get() : nullptr);
+}
+
+// train.cuda_graphs: what the graphs cannot hold is refused here, naming the field to change.
+void Trainer::build_block_graphs() {
+  if (!spec_.train.cuda_graphs) return;
+  const auto& par = spec_.parallel;
+  auto refuse = [](const std::string& why, const std::string& fix) {
+    fail("train.cuda_graphs = true: ", why, "; ", fix, ", or set train.cuda_graphs = false");
+  };
+  if (!device_.is_cuda()) refuse(cat("CUDA graphs need a GPU, and device = \"", spec_.device, "\""), "set device = \"cuda\"");
+  if (!model::block_graphs_built()) refuse("this build's LibTorch has no CUDA", "use the GPU build");
+  if (spec_.precision == "fp8")
+    refuse("fp8's scales are chosen on the host at every step", "use precision = \"bf16\"");
+  if (spec_.model.recompute == "full")
+    refuse("full recomputation runs a block's forward again inside its backward", "use model.recompute = \"selective\" or \"none\"");
+  if (par.pp > 1)
+    refuse(cat("parallel.pp = ", par.pp, ": the graphs hold one micro-batch at a time, a pipeline stage several"),
+           "use parallel.pp = 1");
+  if (par.tp > 1 && (!tp_peers_ || !par.sequence_parallel || !par.tp_comm_overlap || par.tp_gather == "ring"))
+    refuse(cat("parallel.tp = ", par.tp, " needs the copy engines' sequence-parallel collectives inside the graphs ",
+               "(NCCL's are not captured)"),
+           "set parallel.sequence_parallel = true, parallel.tp_comm_overlap = true, parallel.tp_gather = \"bulk\" and "
+           "parallel.tp_comm_backend = \"copy_engine\" (GPUs of one node)");
+  grads_->set_zero_each_step(true);
+  model::GraphGradHooks hooks;
+  auto* grads = grads_.get();
+  hooks.take_captured_writes = [grads] { return grads->take_captured_writes(); };
+  hooks.mark_written = [grads](const torch::Tensor& p) { grads->mark_written(p); };
+  block_graphs_ = std::make_shared<model::BlockGraphs>(model_->tensor_parallel(), model_->block_count(), std::move(hooks));
+  model_->set_block_graphs(block_graphs_);
 }
 
 void Trainer::log_start() const {

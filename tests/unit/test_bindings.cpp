@@ -59,7 +59,7 @@ TEST_CASE("overrides: typed values and clear errors", "[bindings]") {
   )", "=test", &error));
   CHECK_THAT(run_error(host, "me.apply_overrides(r, {'train.iterz=1'})"),
              Catch::Contains("unknown override key 'train.iterz': recipe.train has no field 'iterz'; valid keys there: "
-                             "deterministic, eval_interval, eval_iters, exit_interval, iters, log_interval, max_consecutive_nan, nan_policy, peak_tflops, profile_at, profile_phases, profile_steps, profile_trace, samples, straggler_factor"));
+                             "cuda_graphs, deterministic, eval_interval, eval_iters, exit_interval, iters, log_interval, max_consecutive_nan, nan_policy, peak_tflops, profile_at, profile_phases, profile_steps, profile_trace, samples, straggler_factor"));
   CHECK_THAT(run_error(host, "me.apply_overrides(r, {'train.iters=ten'})"),
              Catch::Contains("recipe.train.iters expects an integer, got 'ten'"));
   CHECK_THAT(run_error(host, "me.apply_overrides(r, {'model.tie_embeddings=2'})"),

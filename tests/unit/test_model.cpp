@@ -12,34 +12,14 @@
 #include "engine/parallel/collective_matmul.h"
 #include "engine/parallel/symmetric_slots.h"
 #include "engine/parallel/grad_buffer.h"
+#include "tiny_models.h"
 
 using me::model::Transformer;
 using me::model::TransformerConfig;
+using me::test::ModelWithGrads;
+using me::test::tiny_gpt;
+using me::test::tiny_llama;
 
-namespace {
-TransformerConfig tiny_gpt() {
-  auto c = TransformerConfig::gpt();
-  c.vocab = 97;
-  c.vocab_divisible_by = 1;
-  c.seq = 24;
-  c.layers = 3;
-  c.hidden = 32;
-  c.heads = 4;
-  return c;
-}
-TransformerConfig tiny_llama() {
-  auto c = TransformerConfig::llama();
-  c.vocab = 97;
-  c.vocab_divisible_by = 1;
-  c.seq = 24;
-  c.layers = 2;
-  c.hidden = 32;
-  c.heads = 4;
-  c.query_groups = 2;
-  c.ffn_multiple_of = 16;
-  return c;
-}
-}  // namespace
 
 TEST_CASE("parameter count: the formula equals the module", "[model]") {
   for (auto c : {tiny_gpt(), tiny_llama()}) {
@@ -324,20 +304,6 @@ TEST_CASE("RMSNorm on the GPU (LibTorch's fused kernel where it has one) matches
 }
 
 namespace {
-// A model of `c` drawn from `seed` on `device` in `dtype`, with a main-grad buffer over its
-// parameters that its linear layers write into when `fused` (gradient-accumulation fusion).
-struct ModelWithGrads {
-  Transformer model;
-  std::unique_ptr<me::parallel::GradBuffer> grads;
-  ModelWithGrads(const TransformerConfig& c, uint64_t seed, const torch::Device& device, torch::ScalarType dtype,
-                 bool fused)
-      : model(c) {
-    model->reset_parameters(seed);
-    model->to(device, dtype);
-    grads = std::make_unique<me::parallel::GradBuffer>(model->parameters(), nullptr, 25.0, false);
-    if (fused) me::parallel::attach_main_grads(*model, grads.get());
-  }
-};
 
 // Gradient-accumulation fusion against autograd's own gradients copied in by the buffer's
 // hooks, over two micro-batches (the first overwrites the main grads, the second adds). The
