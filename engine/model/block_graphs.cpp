@@ -10,6 +10,7 @@
 
 #if ME_TORCH_HAS_CUDA
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -86,7 +87,11 @@ struct BlockGraphs::Impl {
   void capture(at::cuda::CUDAGraph& graph, const std::function<void()>& work, uint64_t* slots, int* parity, size_t i,
                const char* what) {
     if (!capture_stream) {
-      capture_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false);
+      // Its own, never destroyed (the graphs' work was captured on it), and non-blocking: the
+      // legacy default stream must not sync with it implicitly while it captures.
+      cudaStream_t created = nullptr;
+      C10_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+      capture_stream = c10::cuda::getStreamFromExternal(created, c10::cuda::current_device());
 #if ME_HAVE_CUDA_KERNELS
       kernels::reserve_gemm_workspace(capture_stream->stream());  // no cudaMalloc inside a capture
 #endif
@@ -113,6 +118,30 @@ struct BlockGraphs::Impl {
     if (pool.first == 0 && pool.second == 0) pool = graph.pool();  // the first capture's, shared by the others
     pool_bytes += compat::cuda_memory().allocated - allocated;
     *slots = collectives() - before;
+  }
+
+  // Captures block i's forward from input `in` (its static input then holds `in`). Before the
+  // autograd function that replays it is applied, not inside: the function's edges to the
+  // parameters would make their gradient accumulators on the current stream, and the captured
+  // backward's gradients for them would then have to cross from the capture stream to that one,
+  // which a capture cannot do. Made here, inside the capture, they follow the capture stream.
+  void capture_forward(size_t i, BlockImpl& block, const Residual& in) {
+    auto& g = *blocks[i];
+    g.has_delta = in.delta.defined();
+    std::vector<torch::Tensor> before;  // the previous block's static output
+    if (i > 0) before = {blocks[i - 1]->out_x, blocks[i - 1]->out_delta};
+    g.in_x = static_for(in.x, before);
+    if (g.has_delta) g.in_delta = static_for(in.delta, before);
+    capture(g.forward, [&] {
+      torch::AutoGradMode grad(true);
+      g.leaf_x = g.in_x.detach().requires_grad_(true);
+      if (g.has_delta) g.leaf_delta = g.in_delta.detach().requires_grad_(true);
+      const auto out = block.forward(Residual{g.leaf_x, g.leaf_delta});
+      g.inner_x = out.x, g.inner_delta = out.delta;
+    }, &g.forward_slots, &g.forward_parity, i, "forward");
+    ME_CHECK(g.inner_delta.defined(), "train.cuda_graphs: block ", i, " returned no pending addition");
+    g.out_x = g.inner_x.detach(), g.out_delta = g.inner_delta.detach();
+    g.forward_captured = true;
   }
 
   // Replays `graph` on the current stream, with the peer buffers' slots it was captured with.
@@ -145,6 +174,7 @@ struct Call {
 
 // One block through its graphs: in = x, then delta if the stream has one, then the block's
 // parameters (so that autograd hands their gradients, the graph's outputs, to their hooks).
+// Its forward replays the graph BlockGraphs::forward has captured.
 struct GraphedBlock : public torch::autograd::Function<GraphedBlock> {
   static variable_list forward(AutogradContext* ctx, at::TensorList in, Call call) {
     auto& impl = *call.impl;
@@ -153,27 +183,10 @@ struct GraphedBlock : public torch::autograd::Function<GraphedBlock> {
     const auto& x = in[0];
     const torch::Tensor delta = has_delta ? in[1] : torch::Tensor();
     save_state(ctx, "call", call);
-    if (!g.forward_captured) {
-      g.has_delta = has_delta;
-      std::vector<torch::Tensor> before;  // the previous block's static output
-      if (call.i > 0) before = {impl.blocks[call.i - 1]->out_x, impl.blocks[call.i - 1]->out_delta};
-      g.in_x = static_for(x, before);
-      if (has_delta) g.in_delta = static_for(delta, before);
-      impl.capture(g.forward, [&] {
-        torch::AutoGradMode grad(true);
-        g.leaf_x = g.in_x.detach().requires_grad_(true);
-        if (has_delta) g.leaf_delta = g.in_delta.detach().requires_grad_(true);
-        const auto out = call.block->forward(Residual{g.leaf_x, g.leaf_delta});
-        g.inner_x = out.x, g.inner_delta = out.delta;
-      }, &g.forward_slots, &g.forward_parity, call.i, "forward");
-      ME_CHECK(g.inner_delta.defined(), "train.cuda_graphs: block ", call.i, " returned no pending addition");
-      g.out_x = g.inner_x.detach(), g.out_delta = g.inner_delta.detach();
-      g.forward_captured = true;
-    } else {
-      ME_CHECK(has_delta == g.has_delta, "train.cuda_graphs: block ", call.i, "'s input changed form after capture");
-      copy_in(g.in_x, x, call.i, "input");
-      copy_in(g.in_delta, delta, call.i, "input");
-    }
+    ME_CHECK(g.forward_captured && has_delta == g.has_delta, "train.cuda_graphs: block ", call.i,
+             "'s forward is not captured for this input");
+    copy_in(g.in_x, x, call.i, "input");
+    copy_in(g.in_delta, delta, call.i, "input");
     impl.replay(g.forward, g.forward_slots, g.forward_parity);
     return {g.out_x.detach(), g.out_delta.detach()};
   }
@@ -239,6 +252,7 @@ Residual BlockGraphs::forward(size_t i, BlockImpl& block, const Residual& in) {
   if (g.params.empty())
     for (const auto& p : block.parameters())
       if (p.requires_grad()) g.params.push_back(p);
+  if (!g.forward_captured) impl_->capture_forward(i, block, in);
   std::vector<torch::Tensor> args{in.x};
   if (in.delta.defined()) args.push_back(in.delta);
   args.insert(args.end(), g.params.begin(), g.params.end());
