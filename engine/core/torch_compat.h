@@ -49,7 +49,21 @@ struct HasSmCarveout : std::false_type {};
 template <typename C>
 struct HasSmCarveout<C, std::void_t<decltype(std::declval<C&>()._setSMCarveout_EXPERIMENTAL(std::optional<int32_t>{}))>>
     : std::true_type {};
+template <typename C, typename = void>
+struct HasAccumulateGradStreamWarning : std::false_type {};
+template <typename C>
+struct HasAccumulateGradStreamWarning<
+    C, std::void_t<decltype(std::declval<C&>().setWarnOnAccumulateGradStreamMismatch(false))>> : std::true_type {};
 }  // namespace detail
+
+// Whether autograd warns when a gradient accumulator's stream is not the stream its gradient was
+// made on (recent releases only; detected, not assumed). CUDA graphs of the blocks make their
+// parameters' accumulators on the capture stream on purpose (model/block_graphs.cpp).
+template <typename C = at::Context>
+inline void set_warn_on_accumulate_grad_stream_mismatch(bool on, C& context = at::globalContext()) {
+  if constexpr (detail::HasAccumulateGradStreamWarning<C>::value) context.setWarnOnAccumulateGradStreamMismatch(on);
+  else (void)on, (void)context;
+}
 
 // LibTorch's SM carve-out for its cuBLASLt GEMMs (Context::_setSMCarveout_EXPERIMENTAL, recent
 // releases only; detected, not assumed): the GEMMs then target all but `sms` multiprocessors.

@@ -284,7 +284,13 @@ std::string BlockGraphs::describe() const { return "no CUDA graphs in this build
 BlockGraphs::~BlockGraphs() = default;
 
 #if ME_TORCH_HAS_CUDA
-void BlockGraphs::arm() { impl_->armed = true; }
+void BlockGraphs::arm() {
+  // In the capture's micro-batch the parameters' accumulators follow the capture stream while
+  // the replays' gradients come from the compute stream: autograd orders the two itself, and
+  // would warn that this "may break CUDA graph capture", which here it cannot (capture_forward).
+  compat::set_warn_on_accumulate_grad_stream_mismatch(false);
+  impl_->armed = true;
+}
 bool BlockGraphs::armed() const { return impl_->armed; }
 #else
 void BlockGraphs::arm() { throw Error("train.cuda_graphs: this build's LibTorch has no CUDA"); }

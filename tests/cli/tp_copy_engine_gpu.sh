@@ -15,21 +15,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common=(device=cuda precision=fp32 model.layers=4 model.hidden=256 model.heads=8 batch.micro=8 train.iters=30
         train.log_interval=5 train.eval_iters=0 sample.tokens=0 parallel.tp=2 parallel.sequence_parallel=true)
-# train NAME NPROC OVERRIDES...: the tiny model's run, its logged losses in $tmp/NAME.loss
-train() {
-  local name=$1 nproc=$2
-  shift 2
-  timeout 300 "$bin" --nproc "$nproc" "$repo/recipes/gpt_tiny.lua" "${common[@]}" "$@" > "$tmp/$name.log" 2>&1 ||
-    { echo "FAILED: the $name run: exit $?"; tail -20 "$tmp/$name.log"; exit 1; }
-  grep -o "lm loss: [0-9.E+-]*" "$tmp/$name.log" | awk '{ print $3 }' > "$tmp/$name.loss"
-}
-# follows REF RUN WHAT [TOL]: RUN's losses within TOL (1e-4, relative) of REF's, at least 6 of them
-follows() {
-  paste "$tmp/$1.loss" "$tmp/$2.loss" | awk -v what="$3" -v tol="${4:-1e-4}" '
-    { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
-    END { printf "%s%d losses compared, worst relative difference %.2e\n", what, n, worst; exit !(n >= 6 && worst < tol) }' ||
-    { echo "FAILED: $2 does not follow $1's losses"; paste "$tmp/$1.loss" "$tmp/$2.loss"; exit 1; }
-}
+loss_tol=1e-4
+source "$repo/tests/cli/loss_runs.sh"  # train, follows
 # auto (the default) must resolve to the copy engines here, and say so
 for backend in nccl copy_engine auto; do train "$backend" 2 parallel.tp_comm_backend=$backend; done
 grep -q 'tensor-parallel collectives on the copy engines (parallel.tp_comm_backend = "auto")' "$tmp/auto.log" ||
