@@ -186,7 +186,7 @@ section("train", {
   { "max_consecutive_nan", 3, "with nan_policy = stop: consecutive non-finite steps that stop the run (saving first)" },
   { "straggler_factor", 1.5, "name the slowest rank when its own step time exceeds the median over ranks by this factor; 0: off" },
   { "deterministic", false, "bit-identical runs and resumes on the GPU: fixed reduction orders (cuBLAS, NCCL, attention), a nondeterministic op an error" },
-  { "cuda_graphs", false, "each transformer block's forward and backward as CUDA graphs from the second step: far less host work per step (pp = 1, bf16, tp with sequence parallelism on the copy engines)" },
+  { "cuda_graphs", false, "each transformer block's forward and backward as CUDA graphs from the second step: far less host work per step, for runs their host paces (pp = 1, not fp8; tp > 1 with sequence parallelism on the copy engines)" },
 }, "recipe.train: how long, and what to log")
 section("sample", {
   { "prompt", "\n", "the text a sample starts from" },
