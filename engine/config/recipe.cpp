@@ -148,6 +148,30 @@ bool known_device(const std::string& d) {
   return d.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
 }
 
+// train.cuda_graphs (model/block_graphs.h): the settings the graphs cannot hold, refused here so
+// that a dry run refuses them too. Whether the copy engines open and the build has CUDA, the run
+// finds out (Trainer::build_block_graphs).
+void check_cuda_graphs(const Recipe& r) {
+  if (!r.train.cuda_graphs) return;
+  auto refuse_unless = [](bool ok, const std::string& why, const std::string& fix) {
+    ME_CHECK(ok, "train.cuda_graphs = true: ", why, "; ", fix, ", or set train.cuda_graphs = false");
+  };
+  const auto& par = r.parallel;
+  refuse_unless(r.device.rfind("cuda", 0) == 0, cat("CUDA graphs need a GPU, and device = \"", r.device, "\""),
+                "set device = \"cuda\"");
+  refuse_unless(r.precision != "fp8", "fp8's scales are chosen on the host at every step", "use precision = \"bf16\"");
+  refuse_unless(r.model.recompute != "full", "full recomputation runs a block's forward again inside its backward",
+                "use model.recompute = \"selective\" or \"none\"");
+  refuse_unless(par.pp == 1, cat("parallel.pp = ", par.pp, ": the graphs hold one micro-batch at a time, a pipeline stage several"),
+                "use parallel.pp = 1");
+  refuse_unless(par.tp == 1 || (par.sequence_parallel && par.tp_comm_overlap && par.tp_gather != "ring" &&
+                                par.tp_comm_backend != "nccl"),
+                cat("parallel.tp = ", par.tp, " needs the copy engines' sequence-parallel collectives inside the graphs ",
+                    "(NCCL's are not captured)"),
+                "set parallel.sequence_parallel = true, parallel.tp_comm_overlap = true, parallel.tp_gather = \"bulk\" "
+                "and parallel.tp_comm_backend = \"copy_engine\" (GPUs of one node)");
+}
+
 }  // namespace
 
 bool fp8_emulated_for_tests() {
@@ -186,6 +210,7 @@ void Recipe::check() const {
   ME_CHECK(parallel.grad_reduce_dtype == "fp32" || bf16_weights(),
            "parallel.grad_reduce_dtype = \"bf16\" keeps gradients in bf16, which needs bf16 training: set ",
            "precision = \"bf16\" or \"fp8\" (it is '", precision, "'), or grad_reduce_dtype = \"fp32\"");
+  check_cuda_graphs(*this);
   model.validate("model", static_cast<int>(parallel.tp), parallel.sequence_parallel);
   // The pipeline's layer split (every stage would find the same error). A balanced split is
   // chosen later, from the model.

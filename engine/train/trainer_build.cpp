@@ -321,27 +321,19 @@ void Trainer::build_pipeline() {
                                                  par.grad_accumulation_fusion ? grads_.get() : nullptr);
 }
 
-// train.cuda_graphs: what the graphs cannot hold is refused here, naming the field to change.
+// train.cuda_graphs: the recipe's check refused the settings the graphs cannot hold; what only the
+// run can know is refused here, naming the field to change.
 void Trainer::build_block_graphs() {
   if (!spec_.train.cuda_graphs) return;
   const auto& par = spec_.parallel;
   auto refuse = [](const std::string& why, const std::string& fix) {
     fail("train.cuda_graphs = true: ", why, "; ", fix, ", or set train.cuda_graphs = false");
   };
-  if (!device_.is_cuda()) refuse(cat("CUDA graphs need a GPU, and device = \"", spec_.device, "\""), "set device = \"cuda\"");
   if (!model::block_graphs_built()) refuse("this build's LibTorch has no CUDA", "use the GPU build");
-  if (spec_.precision == "fp8")
-    refuse("fp8's scales are chosen on the host at every step", "use precision = \"bf16\"");
-  if (spec_.model.recompute == "full")
-    refuse("full recomputation runs a block's forward again inside its backward", "use model.recompute = \"selective\" or \"none\"");
-  if (par.pp > 1)
-    refuse(cat("parallel.pp = ", par.pp, ": the graphs hold one micro-batch at a time, a pipeline stage several"),
-           "use parallel.pp = 1");
-  if (par.tp > 1 && (!tp_peers_ || !par.sequence_parallel || !par.tp_comm_overlap || par.tp_gather == "ring"))
-    refuse(cat("parallel.tp = ", par.tp, " needs the copy engines' sequence-parallel collectives inside the graphs ",
-               "(NCCL's are not captured)"),
-           "set parallel.sequence_parallel = true, parallel.tp_comm_overlap = true, parallel.tp_gather = \"bulk\" and "
-           "parallel.tp_comm_backend = \"copy_engine\" (GPUs of one node)");
+  if (par.tp > 1 && !tp_peers_)
+    refuse(cat("parallel.tp = ", par.tp, " needs the copy engines' collectives inside the graphs, and they did not ",
+               "open here (the log says why; NCCL's are not captured)"),
+           "run the tensor-parallel group on GPUs of one node with peer access");
   grads_->set_zero_each_step(true);
   model::GraphGradHooks hooks;
   auto* grads = grads_.get();
