@@ -260,6 +260,16 @@ Residual BlockGraphs::forward(size_t i, BlockImpl& block, const Residual& in) {
   return {out[0], out[1]};
 }
 
+void BlockGraphs::arm() {
+  // In the capture's micro-batch the parameters' accumulators follow the capture stream while
+  // the replays' gradients come from the compute stream: autograd orders the two itself, and
+  // would warn that this "may break CUDA graph capture", which here it cannot (capture_forward).
+  compat::set_warn_on_accumulate_grad_stream_mismatch(false);
+  impl_->armed = true;
+}
+
+bool BlockGraphs::armed() const { return impl_->armed; }
+
 std::string BlockGraphs::describe() const {
   size_t forwards = 0, backwards = 0;
   for (const auto& g : impl_->blocks) forwards += g->forward_captured, backwards += g->backward_captured;
@@ -277,24 +287,14 @@ BlockGraphs::BlockGraphs(const TensorParallel&, size_t, GraphGradHooks) : impl_(
 
 Residual BlockGraphs::forward(size_t, BlockImpl& block, const Residual& in) { return block.forward(in); }
 
+void BlockGraphs::arm() { throw Error("train.cuda_graphs: this build's LibTorch has no CUDA"); }
+
+bool BlockGraphs::armed() const { return false; }
+
 std::string BlockGraphs::describe() const { return "no CUDA graphs in this build"; }
 
 #endif
 
 BlockGraphs::~BlockGraphs() = default;
-
-#if ME_TORCH_HAS_CUDA
-void BlockGraphs::arm() {
-  // In the capture's micro-batch the parameters' accumulators follow the capture stream while
-  // the replays' gradients come from the compute stream: autograd orders the two itself, and
-  // would warn that this "may break CUDA graph capture", which here it cannot (capture_forward).
-  compat::set_warn_on_accumulate_grad_stream_mismatch(false);
-  impl_->armed = true;
-}
-bool BlockGraphs::armed() const { return impl_->armed; }
-#else
-void BlockGraphs::arm() { throw Error("train.cuda_graphs: this build's LibTorch has no CUDA"); }
-bool BlockGraphs::armed() const { return false; }
-#endif
 
 }  // namespace me::model

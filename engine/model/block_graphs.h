@@ -22,8 +22,9 @@
 // - the first step runs eagerly (cuBLASLt's plans, cached tables and workspaces are made there,
 //   not inside a capture); the captures happen in the second step's first micro-batch, each
 //   followed by its replay, which computes that micro-batch.
-// Refused up front (the trainer): a CPU, fp8, full recomputation, pipeline parallelism, a
-// tensor-parallel group without the copy engines' sequence-parallel collectives.
+// Refused up front by the recipe's check (a dry run too): a CPU, fp8, full recomputation, pipeline
+// parallelism, a tensor-parallel group without the copy engines' sequence-parallel collectives;
+// by the trainer: a build without CUDA, copy engines that did not open.
 #pragma once
 #include <torch/torch.h>
 
@@ -56,7 +57,7 @@ class BlockGraphs {
   bool armed() const;
   // Block i of the stage: through its graphs when armed and autograd is on, else eagerly.
   Residual forward(size_t i, BlockImpl& block, const Residual& in);
-  // "4 blocks: forward and backward captured (1,234 MiB in their memory pool)", or what is pending.
+  // "4 blocks: 4 forwards and 4 backwards captured (1234 MiB in their memory pool)".
   std::string describe() const;
 
   struct Impl;
