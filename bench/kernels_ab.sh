@@ -24,7 +24,7 @@ echo "== GPU unit tests"
 grep -E -B3 -A12 "FAILED" "$out/unit_gpu.log" | head -80
 tail -3 "$out/unit_gpu.log"
 grep -q "All tests passed" "$out/unit_gpu.log" || status=1
-all="swiglu rotary cross_entropy adamw linear_bias add_norm gemm_gelu chunk_gemm"
+all="swiglu rotary cross_entropy adamw linear_bias add_norm gemm_gelu chunk_gemm wgrad_gemm"
 for m in $models; do
   for entry in ${ME_KERNELS_AB:-all none}; do
     variant=${entry%@*} attention=auto

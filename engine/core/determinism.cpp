@@ -35,6 +35,13 @@ std::string apply_deterministic_mode() {
   ME_CHECK(!attention || std::string(attention) != "cudnn", "train.deterministic: ME_ATTENTION=cudnn has no deterministic ",
            "backward: unset ME_ATTENTION (megaengine uses flash) or set ME_ATTENTION=flash");
   line += ", attention " + fix_env("ME_ATTENTION", "flash") + " (its deterministic backward; forward cuDNN's where heads are not grouped)";
+  // Our cuBLASLt GEMMs time their candidates at each shape's first call (kernels/cublaslt_gemm.cpp);
+  // the fastest can differ from one run to the next, and with it the rounding.
+  const char* tune = std::getenv("ME_GEMM_AUTOTUNE");
+  ME_CHECK(!tune || std::string(tune) != "1", "train.deterministic: ME_GEMM_AUTOTUNE=1 picks GEMM algorithms by ",
+           "timing, which can differ from run to run: unset it (megaengine sets 0)");
+  setenv("ME_GEMM_AUTOTUNE", "0", 1);
+  line += ", cuBLASLt GEMMs untimed (ME_GEMM_AUTOTUNE=0: the heuristic's first algorithm)";
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   // Not LibTorch's NaN fill of every new tensor: a pass per allocation, and no kernel of ours
   // reads memory it has not written (two runs giving the same bits is what the tests check).

@@ -7,9 +7,16 @@
 // - fp8 (precision = "fp8"): E4M3/E5M2 operands with per-tensor scales, the output in bf16 or
 //   added into an fp32 main gradient (beta = 1: at::_scaled_mm has no accumulating form, and a
 //   separate add would read and write the fp32 gradient once more per micro-batch).
+// - weight gradients (gemm_weight_grad): dw (+)= dy^T x into the fp32 (or bf16) main grad.
 // Each shape's descriptors and algorithm are made on its first call and kept (per thread), so a
 // call costs the host one cublasLtMatmul and the pointer attributes (at tp 4 the step waits for
 // the slowest rank's host: bench/RESULTS.md, nineteenth and twentieth sessions).
+// The algorithm is the fastest of the heuristic's first candidates, each timed at that first
+// call on its own operands: the heuristic's own first choice ran 5-14% slower than the best
+// candidate for the weight gradients at the GPT-39B width, tp 1 to 4 (dev/cuda/gemm_algos,
+// bench/RESULTS.md, thirty-fifth session). ME_GEMM_AUTOTUNE=0 keeps the first choice (train.deterministic
+// sets it: timings vary from run to run, and so would the rounding); a capturing stream times
+// nothing. What the timing chose is in gemm_autotune_summary().
 //
 // Row-major tensors are column-major transposes, so a row-major C = A B is computed as the
 // column-major C^T = B^T A^T: the operands swap places and the dimensions read backwards.
@@ -17,11 +24,14 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/kernels/kernels.h"
 
@@ -29,6 +39,7 @@ namespace me::kernels {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLAS itself gives Hopper GEMMs
+constexpr int kCandidates = 8;  // the heuristic's; it offered 8 for every shape of dev/cuda/gemm_algos
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
@@ -54,6 +65,7 @@ struct Gemm {
   const float* b_scale = nullptr;
   bool accumulate = false;  // D += op(A) op(B) (beta = 1)
   bool fast_accum = false;  // fp8: Hopper's faster, less precise accumulation
+  bool transpose_b = false;  // B stored [n, k] (op T) instead of [k, n]
 };
 
 // The largest power of two up to 256 dividing the address: cuBLASLt's kernels depend on it.
@@ -63,15 +75,23 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-using Key = std::array<int64_t, 20>;
+using Key = std::array<int64_t, 21>;
 
 // Multiprocessors this thread's GEMMs target (0: all), see set_gemm_sm_count_target.
 thread_local int sm_count_target = 0;
+
+// One plan's timing at its first call, for gemm_autotune_summary().
+struct Tuned {
+  int64_t m, n, k;
+  int candidates, chosen;
+  float first_ms, chosen_ms;
+};
 
 struct Context {
   cublasLtHandle_t handle = nullptr;
   std::mutex mutex;
   std::map<std::pair<int, cudaStream_t>, void*> workspaces;  // per device and stream: never shared by two streams
+  std::vector<Tuned> tuned;                                  // under mutex
 };
 
 // The workspace of (device, stream), allocated on first use.
@@ -118,11 +138,75 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T
   check(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), "descriptor attribute");
 }
 
-// A new plan for g's shape (the key): descriptors, then the heuristic's first choice.
-std::unique_ptr<Plan> make_plan(const Gemm& g, cublasLtHandle_t handle, const std::array<uint32_t, 3>& align) {
+bool autotune_on() {
+  const char* v = std::getenv("ME_GEMM_AUTOTUNE");
+  return !(v && std::string(v) == "0");
+}
+
+// Milliseconds per run of `algo` on g's operands (a warm-up run, then the mean of three), or
+// infinity where it does not run. d: where the runs write.
+float time_algo(const Gemm& g, const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* d, cudaStream_t stream,
+                cublasLtHandle_t handle, void* workspace, cudaEvent_t start, cudaEvent_t end) {
+  const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
+  auto launch = [&] {
+    return cublasLtMatmul(handle, plan.op, &alpha, g.a, plan.a, g.b, plan.b, &beta, d, plan.d, d, plan.d, &algo,
+                          workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+  };
+  constexpr int kRuns = 3;
+  if (!launch() || cudaEventRecord(start, stream) != cudaSuccess) return std::numeric_limits<float>::infinity();
+  for (int i = 0; i < kRuns; ++i)
+    if (!launch()) return std::numeric_limits<float>::infinity();
+  float ms = 0;
+  if (cudaEventRecord(end, stream) != cudaSuccess || cudaEventSynchronize(end) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, start, end) != cudaSuccess)
+    return std::numeric_limits<float>::infinity();
+  return ms / kRuns;
+}
+
+// Which of the candidates to keep: each timed on g's operands, the fastest unless the first (the
+// heuristic's choice) is within 2% of it (timings near a tie would flip from run to run). The runs
+// write into g's output, which the caller's run then overwrites, or, where the GEMM adds into it
+// (beta = 1), into a scratch matrix of its size (none to be had: no timing).
+int fastest(const Gemm& g, const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+            cudaStream_t stream, Context& ctx, void* workspace) {
+  void* d = g.d;
+  void* scratch = nullptr;
+  if (g.accumulate) {
+    const size_t bytes = size_t(g.ldd) * size_t(g.n) * (g.d_type == CUDA_R_32F ? 4 : g.d_type == CUDA_R_16BF ? 2 : 1);
+    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // no memory to spare: the heuristic's choice
+      return 0;
+    }
+    d = scratch;
+  }
+  cudaEvent_t start = nullptr, end = nullptr;
+  std::vector<float> ms(candidates.size(), std::numeric_limits<float>::infinity());
+  if (cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess)
+    for (size_t i = 0; i < candidates.size(); ++i)
+      ms[i] = time_algo(g, plan, candidates[i].algo, d, stream, ctx.handle, workspace, start, end);
+  (void)cudaGetLastError();
+  if (start) cudaEventDestroy(start);
+  if (end) cudaEventDestroy(end);
+  if (scratch) cudaFree(scratch);
+  size_t best = 0;
+  for (size_t i = 1; i < ms.size(); ++i)
+    if (ms[i] < ms[best]) best = i;
+  if (!(ms[best] < 0.98f * ms[0])) best = 0;
+  if (ms[0] < std::numeric_limits<float>::infinity()) {
+    std::lock_guard<std::mutex> lock(ctx.mutex);
+    ctx.tuned.push_back({g.m, g.n, g.k, int(candidates.size()), int(best), ms[0], ms[best]});
+  }
+  return int(best);
+}
+
+// A new plan for g's shape (the key): descriptors, then the heuristic's candidates, of which the
+// fastest on this call's operands (fastest()) where timing is on and the stream is not capturing,
+// else the first.
+std::unique_ptr<Plan> make_plan(const Gemm& g, Context& ctx, const std::array<uint32_t, 3>& align,
+                                cudaStream_t stream, void* workspace) {
   auto plan = std::make_unique<Plan>();
   check(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor creation");
-  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, ta);
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, tb);
   set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
@@ -138,7 +222,8 @@ std::unique_ptr<Plan> make_plan(const Gemm& g, cublasLtHandle_t handle, const st
   if (g.fast_accum) set(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{1});
   check(cublasLtMatrixLayoutCreate(&plan->a, g.a_type, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda),
         "layout A");
-  check(cublasLtMatrixLayoutCreate(&plan->b, g.b_type, g.k, g.n, g.ldb), "layout B");
+  check(cublasLtMatrixLayoutCreate(&plan->b, g.b_type, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb),
+        "layout B");
   check(cublasLtMatrixLayoutCreate(&plan->d, g.d_type, g.m, g.n, g.ldd), "layout D");
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference creation");
@@ -150,13 +235,19 @@ std::unique_ptr<Plan> make_plan(const Gemm& g, cublasLtHandle_t handle, const st
                              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]},
                              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}})
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(kCandidates);
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref, 1, &result, &found);
+    s = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref, kCandidates,
+                                       results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   plan->found = s == CUBLAS_STATUS_SUCCESS && found > 0;
-  plan->algo = result.algo;
+  if (!plan->found) return plan;
+  results.resize(size_t(found));
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  const bool may_time = found > 1 && autotune_on() && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+                        capturing == cudaStreamCaptureStatusNone;
+  plan->algo = results[size_t(may_time ? fastest(g, *plan, results, stream, ctx, workspace) : 0)].algo;
   return plan;
 }
 
@@ -169,13 +260,13 @@ bool run(const Gemm& g, cudaStream_t stream) {
   const Key key{device,         g.transpose_a,   g.m,       g.n,           g.k,         g.lda,
                 g.ldb,          g.ldd,           int64_t(g.epilogue), g.bias != nullptr, align_a, align_b,
                 align_d,        align_x,         sm_count_target,     int64_t(g.a_type), int64_t(g.b_type),
-                int64_t(g.d_type), g.accumulate, g.fast_accum};
+                int64_t(g.d_type), g.accumulate, g.fast_accum,        g.transpose_b};
   // Per thread (the forward's and autograd's): a plan's descriptor is written on every call.
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
-  auto& plan = plans[key];
-  if (!plan) plan = make_plan(g, ctx.handle, {align_a, align_b, align_d});
-  if (!plan->found) return false;  // no kernel for this epilogue and shape: the caller composes
   void* workspace = workspace_of(ctx, device, stream);
+  auto& plan = plans[key];
+  if (!plan) plan = make_plan(g, ctx, {align_a, align_b, align_d}, stream, workspace);
+  if (!plan->found) return false;  // no kernel for this epilogue and shape: the caller composes
   if (g.bias) set(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.aux) set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
   if (g.a_scale) set(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
@@ -192,6 +283,33 @@ cudaDataType_t cuda_type(Fp8 f) { return f == Fp8::e4m3 ? CUDA_R_8F_E4M3 : CUDA_
 }  // namespace
 
 void set_gemm_sm_count_target(int sms) { sm_count_target = sms > 0 ? sms : 0; }
+
+std::string gemm_autotune_summary() {
+  Context& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  if (ctx.tuned.empty()) return {};
+  int changed = 0;
+  double first = 0, chosen = 0;
+  const Tuned* most = nullptr;  // the largest saving
+  for (const auto& t : ctx.tuned) {
+    first += t.first_ms, chosen += t.chosen_ms;
+    if (t.chosen == 0) continue;
+    ++changed;
+    if (!most || t.first_ms - t.chosen_ms > most->first_ms - most->chosen_ms) most = &t;
+  }
+  char line[320];
+  std::snprintf(line, sizeof line, "%zu shapes timed at their first call, %d faster than the heuristic's first choice: "
+                "%.3f -> %.3f ms for one call of each",
+                ctx.tuned.size(), changed, first, chosen);
+  std::string s = line;
+  if (most) {
+    std::snprintf(line, sizeof line, " (most: m %lld, n %lld, k %lld, candidate %d of %d, %.1f -> %.1f us)",
+                  (long long)most->m, (long long)most->n, (long long)most->k, most->chosen + 1, most->candidates,
+                  most->first_ms * 1e3, most->chosen_ms * 1e3);
+    s += line;
+  }
+  return s;
+}
 
 void reserve_gemm_workspace(void* stream) {
   int device = 0;
@@ -240,6 +358,19 @@ bool gemm_input_grad(const void* dy, int64_t ld_dy, const void* w, void* out, in
   // As gemm_dgelu without its epilogue: column-major out^T = w^T dy^T, A = w^T (stored [in, out_f]).
   const Gemm g{false, in_features, rows, out_features, w, in_features, dy, ld_dy, out, ld_out,
                CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr};
+  return run(g, static_cast<cudaStream_t>(stream));
+}
+
+bool gemm_weight_grad(const void* dy, int64_t ld_dy, const void* x, int64_t ld_x, void* main, DType main_type,
+                      int64_t rows, int64_t out_features, int64_t in_features, bool accumulate, void* stream) {
+  if (rows <= 0 || in_features <= 0 || out_features <= 0) return false;
+  // Row-major main[out_f, in] = dy^T x is column-major main^T [in, out_f] = x^T dy: A = x^T
+  // (stored [in, rows]), B = dy taken transposed (stored column-major [out_f, rows]).
+  Gemm g{false, in_features, out_features, rows, x, ld_x, dy, ld_dy, main, in_features, CUBLASLT_EPILOGUE_DEFAULT,
+         nullptr, nullptr};
+  g.transpose_b = true;
+  g.d_type = main_type == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+  g.accumulate = accumulate;
   return run(g, static_cast<cudaStream_t>(stream));
 }
 

@@ -18,9 +18,9 @@ namespace me::kernels {
 
 namespace {
 
-const char* const kOpNames[] = {"swiglu",   "rotary",    "cross_entropy", "adamw",
-                                "linear_bias", "add_norm", "gemm_gelu", "chunk_gemm"};
-constexpr int kOps = 8;
+const char* const kOpNames[] = {"swiglu",   "rotary",   "cross_entropy", "adamw",     "linear_bias",
+                                "add_norm", "gemm_gelu", "chunk_gemm",   "wgrad_gemm"};
+constexpr int kOps = 9;
 
 // ME_KERNELS, read once: which kernels may run.
 const std::vector<bool>& enabled_ops() {
@@ -38,7 +38,7 @@ const std::vector<bool>& enabled_ops() {
         if (name == kOpNames[i]) v[static_cast<size_t>(i)] = known = true;
       ME_CHECK(known, "ME_KERNELS: unknown kernel '", name,
                "': expected all, none, or a comma list of swiglu, rotary, cross_entropy, adamw, linear_bias, ",
-               "add_norm, gemm_gelu, chunk_gemm");
+               "add_norm, gemm_gelu, chunk_gemm, wgrad_gemm");
     }
     return v;
   }();
@@ -331,6 +331,17 @@ bool input_grad_rows_into(const torch::Tensor& dy2, const torch::Tensor& w, cons
                          w.size(0), w.size(1), current_stream());
 }
 
+bool weight_grad_into(const torch::Tensor& main, const torch::Tensor& dy2, const torch::Tensor& x2, bool accumulate) {
+  if (!use(Op::wgrad_gemm, dy2) || !chunk_rows_fit(dy2) || !chunk_rows_fit(x2) || dy2.size(0) != x2.size(0) ||
+      !main.defined() || main.device() != dy2.device() || main.dim() != 2 || !main.is_contiguous() ||
+      (main.scalar_type() != torch::kFloat && main.scalar_type() != torch::kBFloat16) ||
+      main.size(0) != dy2.size(1) || main.size(1) != x2.size(1))
+    return false;
+  return gemm_weight_grad(dy2.data_ptr(), dy2.stride(0), x2.data_ptr(), x2.stride(0), main.data_ptr(),
+                          main.scalar_type() == torch::kFloat ? DType::f32 : DType::bf16, dy2.size(0), dy2.size(1),
+                          x2.size(1), accumulate, current_stream());
+}
+
 torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,
                            const torch::Tensor& into) {
   const auto dy = grad_out.reshape({-1, w.size(0)}).contiguous();
@@ -458,6 +469,8 @@ bool linear_rows_into(const torch::Tensor&, const torch::Tensor&, const torch::T
   return false;
 }
 bool input_grad_rows_into(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
+bool weight_grad_into(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) { return false; }
+std::string gemm_autotune_summary() { return {}; }
 MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }
 torch::Tensor MultiTensorAdamW::grad_sum_squares() { not_compiled("MultiTensorAdamW"); }
 void MultiTensorAdamW::step(double, double, double, double, int64_t, double) { not_compiled("MultiTensorAdamW"); }

@@ -3,7 +3,7 @@
 // composition for the other case: CPU tensors, builds without nvcc (the CPU machines), dtypes
 // the kernels do not take, or the kernel switched off with ME_KERNELS (for A/B timing):
 //   ME_KERNELS=all (default) | none | a comma list of swiglu, rotary, cross_entropy, adamw,
-//   linear_bias, add_norm, gemm_gelu, chunk_gemm
+//   linear_bias, add_norm, gemm_gelu, chunk_gemm, wgrad_gemm
 #pragma once
 #include <torch/torch.h>
 
@@ -15,8 +15,8 @@ namespace me::kernels {
 // rotary: the QKV split, with RoPE where the model has it. linear_bias and gemm_gelu are not
 // kernels of ours but cuBLASLt GEMM epilogues (a linear layer's bias; GPT's GeLU), and chunk_gemm
 // is the tensor-parallel chunks' GEMMs through cuBLASLt with kept plans; all switched like the
-// others for A/B timing.
-enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm, gemm_gelu, chunk_gemm };
+// others for A/B timing; so is wgrad_gemm, the weight gradients' GEMMs through cuBLASLt.
+enum class Op { swiglu, rotary, cross_entropy, adamw, linear_bias, add_norm, gemm_gelu, chunk_gemm, wgrad_gemm };
 
 // The kernels were compiled into this build (CMake found nvcc and LibTorch has CUDA).
 bool compiled();
@@ -75,6 +75,13 @@ bool gemm_gelu_fits(const torch::Tensor& x, const torch::Tensor& w);
 bool linear_rows_into(const torch::Tensor& x2, const torch::Tensor& w, const torch::Tensor& b, const torch::Tensor& into);
 bool input_grad_rows_into(const torch::Tensor& dy2, const torch::Tensor& w, const torch::Tensor& into);
 void set_gemm_sm_count_target(int sms);  // kernels.h's; a no-op without the CUDA kernels
+// wgrad_gemm: main (+)= dy2^T x2, a weight gradient into its main grad (kernels.h
+// gemm_weight_grad, with the fastest of cuBLASLt's candidates: for the GPT-39B width 5-14%
+// faster than LibTorch's addmm). dy2 [rows, out] and x2 [rows, in] as chunk_gemm's operands, main
+// contiguous [out, in] in f32 or bf16 on their GPU. False, writing nothing, where it does not apply.
+bool weight_grad_into(const torch::Tensor& main, const torch::Tensor& dy2, const torch::Tensor& x2, bool accumulate);
+// kernels.h's; empty without the CUDA kernels.
+std::string gemm_autotune_summary();
 Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                       const Activated& into = {});
 torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace me::kernels {
@@ -133,6 +134,14 @@ bool gemm_linear(const void* x, int64_t ld_x, const void* w, const void* bias, v
 // gemm_input_grad: out[rows, in] = dy[rows, out_f] w[out_f, in].
 bool gemm_input_grad(const void* dy, int64_t ld_dy, const void* w, void* out, int64_t ld_out, int64_t rows,
                      int64_t out_features, int64_t in_features, void* stream);
+// gemm_weight_grad: main[out_f, in] = dy[rows, out_f]^T x[rows, in], or += where accumulate;
+// main contiguous in f32 or bf16 (a main grad), dy and x bf16.
+bool gemm_weight_grad(const void* dy, int64_t ld_dy, const void* x, int64_t ld_x, void* main, DType main_type,
+                      int64_t rows, int64_t out_features, int64_t in_features, bool accumulate, void* stream);
+// What the first calls' timing chose (cublaslt_gemm.cpp: each shape's candidates timed once, unless
+// ME_GEMM_AUTOTUNE=0): "N shapes timed ..., M faster than the heuristic's first choice: ... ms",
+// or empty when nothing was timed.
+std::string gemm_autotune_summary();
 
 // --- fp8 casts for Hopper's fp8 GEMMs (fp8_cast.cu) -------------------------------------------
 // E4M3 (max 448; weights and activations) and E5M2 (max 57344; gradients), as cuda_fp8.h's

@@ -277,7 +277,7 @@ std::pair<torch::Tensor, torch::Tensor> compute_weight_grads(const torch::Tensor
   bool accumulate = false;
   if (auto main = sink ? sink->main_grad(w, &accumulate) : torch::Tensor(); main.defined()) {
     if (q) kernels::fp8_gemm_nt_into(main, q->dy_t, q->x_t, accumulate);
-    else compat::matmul_into(main, dy.t(), x, accumulate);
+    else if (!kernels::weight_grad_into(main, dy, x, accumulate)) compat::matmul_into(main, dy.t(), x, accumulate);
     sink->mark_written(w);
   } else {
     dw = q ? kernels::fp8_gemm_nt(q->dy_t, q->x_t, w.scalar_type()) : dy.t().mm(x);

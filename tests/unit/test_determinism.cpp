@@ -42,7 +42,7 @@ class ScopedEnv {
 
 TEST_CASE("train.deterministic: LibTorch's tripwire armed; cuBLAS, NCCL and attention fixed and said", "[determinism]") {
   ScopedEnv env{{"CUBLAS_WORKSPACE_CONFIG", nullptr}, {"NCCL_ALGO", nullptr}, {"NCCL_PROTO", nullptr},
-                {"ME_ATTENTION", nullptr}};
+                {"ME_ATTENTION", nullptr}, {"ME_GEMM_AUTOTUNE", nullptr}};
   const std::string line = me::apply_deterministic_mode();
   CHECK(me::deterministic_mode());
   CHECK(at::globalContext().deterministicAlgorithms());
@@ -52,9 +52,11 @@ TEST_CASE("train.deterministic: LibTorch's tripwire armed; cuBLAS, NCCL and atte
   CHECK(std::string(std::getenv("NCCL_ALGO")) == "Ring");
   CHECK(std::string(std::getenv("NCCL_PROTO")) == "Simple");
   CHECK(std::string(std::getenv("ME_ATTENTION")) == "flash");
+  CHECK(std::string(std::getenv("ME_GEMM_AUTOTUNE")) == "0");
   CHECK(line == "LibTorch deterministic algorithms (a nondeterministic op throws), cuDNN deterministic, "
                 "CUBLAS_WORKSPACE_CONFIG=:4096:8, NCCL_ALGO=Ring, NCCL_PROTO=Simple, attention ME_ATTENTION=flash "
-                "(its deterministic backward; forward cuDNN's where heads are not grouped), new tensors not NaN-filled");
+                "(its deterministic backward; forward cuDNN's where heads are not grouped), cuBLASLt GEMMs untimed "
+                "(ME_GEMM_AUTOTUNE=0: the heuristic's first algorithm), new tensors not NaN-filled");
   // The tripwire: what LibTorch reports as nondeterministic now stops the run.
   CHECK_THROWS_WITH(at::globalContext().alertNotDeterministic("an op without a deterministic kernel"),
                     Catch::Contains("an op without a deterministic kernel"));
@@ -77,5 +79,9 @@ TEST_CASE("train.deterministic keeps what the environment fixes, and refuses wha
   {
     ScopedEnv env{{"CUBLAS_WORKSPACE_CONFIG", nullptr}, {"ME_ATTENTION", "cudnn"}};
     CHECK_THROWS_WITH(me::apply_deterministic_mode(), Catch::Contains("ME_ATTENTION=cudnn has no deterministic"));
+  }
+  {
+    ScopedEnv env{{"CUBLAS_WORKSPACE_CONFIG", nullptr}, {"ME_ATTENTION", nullptr}, {"ME_GEMM_AUTOTUNE", "1"}};
+    CHECK_THROWS_WITH(me::apply_deterministic_mode(), Catch::Contains("ME_GEMM_AUTOTUNE=1 picks GEMM algorithms by timing"));
   }
 }

@@ -53,7 +53,7 @@ me::model::TransformerConfig tiny_llama() {
 
 TEST_CASE("fused kernels never take CPU tensors: the LibTorch compositions run there", "[kernels]") {
   for (auto op : {kernels::Op::swiglu, kernels::Op::rotary, kernels::Op::cross_entropy, kernels::Op::adamw,
-                  kernels::Op::add_norm, kernels::Op::gemm_gelu, kernels::Op::chunk_gemm})
+                  kernels::Op::add_norm, kernels::Op::gemm_gelu, kernels::Op::chunk_gemm, kernels::Op::wgrad_gemm})
     CHECK_FALSE(kernels::use(op, torch::ones({4})));
   CHECK_FALSE(kernels::use(kernels::Op::swiglu, torch::Tensor()));
   CHECK_FALSE(kernels::describe().empty());
@@ -252,6 +252,38 @@ TEST_CASE("the tensor-parallel chunks' GEMMs through cuBLASLt = LibTorch's mm, o
   CHECK(dx.narrow(0, 0, 64).abs().max().item<float>() == 0.f);
   // Not taken (false, nothing written) where cuBLASLt's 16-byte rows do not hold: a width of 50.
   CHECK_FALSE(kernels::linear_rows_into(x, torch::ones({50, 64}, kGpu).to(bf16), {}, torch::empty({96, 50}, kGpu).to(bf16)));
+}
+
+TEST_CASE("weight gradients through cuBLASLt = dy^T x, written or added into fp32 and bf16 main grads", "[kernels][gpu]") {
+  const auto bf16 = torch::kBFloat16;
+  CHECK_FALSE(kernels::weight_grad_into(torch::zeros({8, 16}), torch::ones({4, 8}, bf16), torch::ones({4, 16}, bf16), false));
+  if (!have_gpu()) return;
+  torch::manual_seed(9);
+  // dy's rows sit in a wider buffer (a chunk among others); shapes large enough that cuBLASLt
+  // offers several candidates, which the first call of each shape times (into a scratch matrix
+  // where it adds, so the main grad must come out as old + dy^T x, not with the timing runs' sums).
+  const auto wide = torch::randn({384, 200}, kGpu).to(bf16);
+  const auto dy = wide.narrow(1, 0, 192), x = torch::randn({384, 256}, kGpu).to(bf16);
+  const auto want = torch::mm(dy.to(torch::kFloat).t(), x.to(torch::kFloat));
+  REQUIRE(kernels::use(kernels::Op::wgrad_gemm, dy));
+  for (auto dtype : {torch::kFloat, bf16}) {
+    INFO("main grad " << dtype);
+    auto main = torch::full({192, 256}, 7.f, kGpu).to(dtype);
+    REQUIRE(kernels::weight_grad_into(main, dy, x, /*accumulate=*/false));
+    CHECK(rel(main, want) < tol(dtype == torch::kFloat ? torch::kFloat : bf16));
+    const auto before = main.to(torch::kFloat).clone();  // .to() of an fp32 tensor is the tensor itself
+    REQUIRE(kernels::weight_grad_into(main, dy, x, /*accumulate=*/true));
+    CHECK(rel(main, before + want) < tol(dtype == torch::kFloat ? torch::kFloat : bf16));
+    REQUIRE(kernels::weight_grad_into(main, dy, x, /*accumulate=*/true));  // the kept plan, again
+    CHECK(rel(main, before + 2 * want) < tol(dtype == torch::kFloat ? torch::kFloat : bf16));
+  }
+  // Not taken (false, nothing written): a main grad of another shape, or not contiguous.
+  auto other = torch::zeros({192, 128}, kGpu);
+  CHECK_FALSE(kernels::weight_grad_into(other, dy, x, false));
+  CHECK_FALSE(kernels::weight_grad_into(torch::zeros({256, 192}, kGpu).t(), dy, x, false));
+  // Timed unless this process turned the timing off (deterministic mode's tests set ME_GEMM_AUTOTUNE=0).
+  const char* tune = std::getenv("ME_GEMM_AUTOTUNE");
+  if (!tune || std::string(tune) != "0") CHECK(kernels::gemm_autotune_summary().find("shapes timed") != std::string::npos);
 }
 
 TEST_CASE("GeLU in the GEMM epilogues = linear, tanh GeLU, linear: output and every gradient", "[kernels][gpu]") {
