@@ -11,7 +11,7 @@
 // - NCCL with a fixed algorithm and protocol (NCCL_ALGO=Ring, NCCL_PROTO=Simple unless the
 //   environment fixes them already), so every reduction sums in the same order;
 // - our cuBLASLt GEMMs with the heuristic's first algorithm, not the fastest of its candidates
-//   by timing (ME_GEMM_AUTOTUNE=0), which can differ from run to run;
+//   by timing (ME_GEMM_AUTOTUNE=1 is refused, 0 set), which can differ from run to run;
 // - FlashAttention for attention (ME_ATTENTION=flash unless set): its backward then runs its
 //   deterministic path (cuDNN's attention backward has none); where heads are not grouped the
 //   forward is cuDNN's, which is deterministic and faster (compat::CudnnForwardFlashBackward).

@@ -11,12 +11,15 @@
 // Each shape's descriptors and algorithm are made on its first call and kept (per thread), so a
 // call costs the host one cublasLtMatmul and the pointer attributes (at tp 4 the step waits for
 // the slowest rank's host: bench/RESULTS.md, nineteenth and twentieth sessions).
-// The algorithm is the fastest of the heuristic's first candidates, each timed at that first
-// call on its own operands: the heuristic's own first choice ran 5-14% slower than the best
-// candidate for the weight gradients at the GPT-39B width, tp 1 to 4 (dev/cuda/gemm_algos,
-// bench/RESULTS.md, thirty-fifth session). ME_GEMM_AUTOTUNE=0 keeps the first choice (train.deterministic
-// sets it: timings vary from run to run, and so would the rounding); a capturing stream times
-// nothing. What the timing chose is in gemm_autotune_summary().
+// The algorithm is the heuristic's first candidate, or with ME_GEMM_AUTOTUNE=1 the fastest of its
+// candidates, each timed at that first call on its own operands. Timed alone, the first choice
+// ran 5-14% slower than the best candidate for the weight gradients at the GPT-39B width, and the
+// timed choice made that width's tp 1 layer 1.2-1.4% faster; but the LLaMA-2-70B width's layer
+// came out 0.7% slower with it, though its timing had the chosen kernels 5% faster (bench/RESULTS.md,
+// thirty-fifth session). A few runs of each candidate do not say how it runs among the step's other
+// kernels, so the timing is opt-in. train.deterministic refuses it (timings vary from run to run,
+// and the rounding would with them); a capturing stream times nothing. What it chose is in
+// gemm_autotune_summary().
 //
 // Row-major tensors are column-major transposes, so a row-major C = A B is computed as the
 // column-major C^T = B^T A^T: the operands swap places and the dimensions read backwards.
@@ -140,7 +143,7 @@ void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T
 
 bool autotune_on() {
   const char* v = std::getenv("ME_GEMM_AUTOTUNE");
-  return !(v && std::string(v) == "0");
+  return v && std::string(v) == "1";
 }
 
 // Milliseconds per run of `algo` on g's operands (a warm-up run, then the mean of three), or
@@ -200,8 +203,8 @@ int fastest(const Gemm& g, const Plan& plan, const std::vector<cublasLtMatmulHeu
 }
 
 // A new plan for g's shape (the key): descriptors, then the heuristic's candidates, of which the
-// fastest on this call's operands (fastest()) where timing is on and the stream is not capturing,
-// else the first.
+// fastest on this call's operands (fastest()) where timing is asked for (ME_GEMM_AUTOTUNE=1) and
+// the stream is not capturing, else the first.
 std::unique_ptr<Plan> make_plan(const Gemm& g, Context& ctx, const std::array<uint32_t, 3>& align,
                                 cudaStream_t stream, void* workspace) {
   auto plan = std::make_unique<Plan>();

@@ -76,8 +76,8 @@ bool linear_rows_into(const torch::Tensor& x2, const torch::Tensor& w, const tor
 bool input_grad_rows_into(const torch::Tensor& dy2, const torch::Tensor& w, const torch::Tensor& into);
 void set_gemm_sm_count_target(int sms);  // kernels.h's; a no-op without the CUDA kernels
 // wgrad_gemm: main (+)= dy2^T x2, a weight gradient into its main grad (kernels.h
-// gemm_weight_grad, with the fastest of cuBLASLt's candidates: for the GPT-39B width 5-14%
-// faster than LibTorch's addmm). dy2 [rows, out] and x2 [rows, in] as chunk_gemm's operands, main
+// gemm_weight_grad: LibTorch's addmm takes the same kernel; through cuBLASLt, ME_GEMM_AUTOTUNE=1
+// can time its candidates). dy2 [rows, out] and x2 [rows, in] as chunk_gemm's operands, main
 // contiguous [out, in] in f32 or bf16 on their GPU. False, writing nothing, where it does not apply.
 bool weight_grad_into(const torch::Tensor& main, const torch::Tensor& dy2, const torch::Tensor& x2, bool accumulate);
 // kernels.h's; empty without the CUDA kernels.

@@ -138,9 +138,9 @@ bool gemm_input_grad(const void* dy, int64_t ld_dy, const void* w, void* out, in
 // main contiguous in f32 or bf16 (a main grad), dy and x bf16.
 bool gemm_weight_grad(const void* dy, int64_t ld_dy, const void* x, int64_t ld_x, void* main, DType main_type,
                       int64_t rows, int64_t out_features, int64_t in_features, bool accumulate, void* stream);
-// What the first calls' timing chose (cublaslt_gemm.cpp: each shape's candidates timed once, unless
-// ME_GEMM_AUTOTUNE=0): "N shapes timed ..., M faster than the heuristic's first choice: ... ms",
-// or empty when nothing was timed.
+// What the first calls' timing chose (cublaslt_gemm.cpp: with ME_GEMM_AUTOTUNE=1 each shape's
+// candidates are timed once): "N shapes timed ..., M faster than the heuristic's first choice:
+// ... ms", or empty when nothing was timed.
 std::string gemm_autotune_summary();
 
 // --- fp8 casts for Hopper's fp8 GEMMs (fp8_cast.cu) -------------------------------------------

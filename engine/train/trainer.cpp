@@ -179,7 +179,7 @@ StepResult Trainer::run_step() {
   if (block_graphs_ && steps_run_ == 2 && is_logging_rank()) log::info("CUDA graphs (train.cuda_graphs): ", block_graphs_->describe());
   if (steps_run_ == 1 && is_logging_rank())
     if (const auto tuned = kernels::gemm_autotune_summary(); !tuned.empty())
-      log::info("cuBLASLt GEMM algorithms (ME_GEMM_AUTOTUNE=0 for the heuristic's first): ", tuned);
+      log::info("cuBLASLt GEMM algorithms (ME_GEMM_AUTOTUNE=1): ", tuned);
   r.loss = std::nan("");
   r.ms = now_ms() - t0;
   return r;
