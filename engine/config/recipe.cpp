@@ -154,7 +154,7 @@ bool known_device(const std::string& d) {
 void check_cuda_graphs(const Recipe& r) {
   if (!r.train.cuda_graphs) return;
   auto refuse_unless = [](bool ok, const std::string& why, const std::string& fix) {
-    ME_CHECK(ok, "train.cuda_graphs = true: ", why, "; ", fix, ", or set train.cuda_graphs = false");
+    ME_CHECK(ok, cuda_graphs_refusal(why, fix));
   };
   const auto& par = r.parallel;
   refuse_unless(r.device.rfind("cuda", 0) == 0, cat("CUDA graphs need a GPU, and device = \"", r.device, "\""),
@@ -173,6 +173,10 @@ void check_cuda_graphs(const Recipe& r) {
 }
 
 }  // namespace
+
+std::string cuda_graphs_refusal(const std::string& why, const std::string& fix) {
+  return cat("train.cuda_graphs = true: ", why, "; ", fix, ", or set train.cuda_graphs = false");
+}
 
 bool fp8_emulated_for_tests() {
   const char* v = std::getenv("ME_TEST_FP8_EMULATED");

@@ -258,6 +258,10 @@ struct Recipe {
 // float32 (kernels/fp8_linear.h), so that CI runs the layers' fp8 paths at every layout.
 bool fp8_emulated_for_tests();
 
+// What refuses train.cuda_graphs = true, in one form for the recipe's check and the run's:
+// "train.cuda_graphs = true: <why>; <fix>, or set train.cuda_graphs = false".
+std::string cuda_graphs_refusal(const std::string& why, const std::string& fix);
+
 // Throws me::Error naming the field and what it expects, before anything is built: every
 // check that needs only the recipe (not the world size or the data).
 void validate(const Recipe& spec);

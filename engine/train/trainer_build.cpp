@@ -326,9 +326,7 @@ void Trainer::build_pipeline() {
 void Trainer::build_block_graphs() {
   if (!spec_.train.cuda_graphs) return;
   const auto& par = spec_.parallel;
-  auto refuse = [](const std::string& why, const std::string& fix) {
-    fail("train.cuda_graphs = true: ", why, "; ", fix, ", or set train.cuda_graphs = false");
-  };
+  auto refuse = [](const std::string& why, const std::string& fix) { fail(config::cuda_graphs_refusal(why, fix)); };
   if (!model::block_graphs_built()) refuse("this build's LibTorch has no CUDA", "use the GPU build");
   if (par.tp > 1 && !tp_peers_)
     refuse(cat("parallel.tp = ", par.tp, " needs the copy engines' collectives inside the graphs, and they did not ",
