@@ -12,14 +12,12 @@
 // call costs the host one cublasLtMatmul and the pointer attributes (at tp 4 the step waits for
 // the slowest rank's host: bench/RESULTS.md, nineteenth and twentieth sessions).
 // The algorithm is the heuristic's first candidate, or with ME_GEMM_AUTOTUNE=1 the fastest of its
-// candidates, each timed at that first call on its own operands. Timed alone, the first choice
-// ran 5-14% slower than the best candidate for the weight gradients at the GPT-39B width, and the
-// timed choice made that width's tp 1 layer 1.2-1.4% faster; but the LLaMA-2-70B width's layer
-// came out 0.7% slower with it, though its timing had the chosen kernels 5% faster (bench/RESULTS.md,
-// thirty-fifth session). A few runs of each candidate do not say how it runs among the step's other
-// kernels, so the timing is opt-in. train.deterministic refuses it (timings vary from run to run,
-// and the rounding would with them); a capturing stream times nothing. What it chose is in
-// gemm_autotune_summary().
+// candidates as the step's own calls run them (gemm_trial.h). Timed alone, before the first call,
+// the first choice ran 5-14% slower than the best candidate for the weight gradients at the GPT-39B
+// width, and the choice made that width's tp 1 layer 1.2-1.4% faster, but the LLaMA-2-70B width's
+// 0.7% slower (bench/RESULTS.md, thirty-fifth session): hence the timing in the step, and opt-in
+// until measured there. train.deterministic refuses it (timings vary from run to run, and the
+// rounding would with them). What it chose is in gemm_autotune_summary().
 //
 // Row-major tensors are column-major transposes, so a row-major C = A B is computed as the
 // column-major C^T = B^T A^T: the operands swap places and the dimensions read backwards.
@@ -28,7 +26,6 @@
 
 #include <array>
 #include <cstdlib>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/gemm_trial.h"
 #include "engine/kernels/kernels.h"
 
 namespace me::kernels {
@@ -83,7 +81,7 @@ using Key = std::array<int64_t, 21>;
 // Multiprocessors this thread's GEMMs target (0: all), see set_gemm_sm_count_target.
 thread_local int sm_count_target = 0;
 
-// One plan's timing at its first call, for gemm_autotune_summary().
+// One plan's trial, once settled, for gemm_autotune_summary().
 struct Tuned {
   int64_t m, n, k;
   int candidates, chosen;
@@ -118,13 +116,15 @@ Context& context() {
   return *c;
 }
 
-// The descriptors of one shape, with the heuristic's first algorithm for it (or none), made on
-// its first call and kept: later calls only set the pointers that change.
+// The descriptors of one shape, with the heuristic's candidate algorithms for it (or none), made
+// on its first call and kept: later calls only set the pointers that change.
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   bool found = false;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, its first choice first
+  int chosen = 0;                                // what the calls take
+  std::unique_ptr<GemmTrial> trial;              // ME_GEMM_AUTOTUNE=1, until it settles
   Plan() = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
@@ -146,67 +146,9 @@ bool autotune_on() {
   return v && std::string(v) == "1";
 }
 
-// Milliseconds per run of `algo` on g's operands (a warm-up run, then the mean of three), or
-// infinity where it does not run. d: where the runs write.
-float time_algo(const Gemm& g, const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* d, cudaStream_t stream,
-                cublasLtHandle_t handle, void* workspace, cudaEvent_t start, cudaEvent_t end) {
-  const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
-  auto launch = [&] {
-    return cublasLtMatmul(handle, plan.op, &alpha, g.a, plan.a, g.b, plan.b, &beta, d, plan.d, d, plan.d, &algo,
-                          workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
-  };
-  constexpr int kRuns = 3;
-  if (!launch() || cudaEventRecord(start, stream) != cudaSuccess) return std::numeric_limits<float>::infinity();
-  for (int i = 0; i < kRuns; ++i)
-    if (!launch()) return std::numeric_limits<float>::infinity();
-  float ms = 0;
-  if (cudaEventRecord(end, stream) != cudaSuccess || cudaEventSynchronize(end) != cudaSuccess ||
-      cudaEventElapsedTime(&ms, start, end) != cudaSuccess)
-    return std::numeric_limits<float>::infinity();
-  return ms / kRuns;
-}
-
-// Which of the candidates to keep: each timed on g's operands, the fastest unless the first (the
-// heuristic's choice) is within 2% of it (timings near a tie would flip from run to run). The runs
-// write into g's output, which the caller's run then overwrites, or, where the GEMM adds into it
-// (beta = 1), into a scratch matrix of its size (none to be had: no timing).
-int fastest(const Gemm& g, const Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
-            cudaStream_t stream, Context& ctx, void* workspace) {
-  void* d = g.d;
-  void* scratch = nullptr;
-  if (g.accumulate) {
-    const size_t bytes = size_t(g.ldd) * size_t(g.n) * (g.d_type == CUDA_R_32F ? 4 : g.d_type == CUDA_R_16BF ? 2 : 1);
-    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
-      (void)cudaGetLastError();  // no memory to spare: the heuristic's choice
-      return 0;
-    }
-    d = scratch;
-  }
-  cudaEvent_t start = nullptr, end = nullptr;
-  std::vector<float> ms(candidates.size(), std::numeric_limits<float>::infinity());
-  if (cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess)
-    for (size_t i = 0; i < candidates.size(); ++i)
-      ms[i] = time_algo(g, plan, candidates[i].algo, d, stream, ctx.handle, workspace, start, end);
-  (void)cudaGetLastError();
-  if (start) cudaEventDestroy(start);
-  if (end) cudaEventDestroy(end);
-  if (scratch) cudaFree(scratch);
-  size_t best = 0;
-  for (size_t i = 1; i < ms.size(); ++i)
-    if (ms[i] < ms[best]) best = i;
-  if (!(ms[best] < 0.98f * ms[0])) best = 0;
-  if (ms[0] < std::numeric_limits<float>::infinity()) {
-    std::lock_guard<std::mutex> lock(ctx.mutex);
-    ctx.tuned.push_back({g.m, g.n, g.k, int(candidates.size()), int(best), ms[0], ms[best]});
-  }
-  return int(best);
-}
-
-// A new plan for g's shape (the key): descriptors, then the heuristic's candidates, of which the
-// fastest on this call's operands (fastest()) where timing is asked for (ME_GEMM_AUTOTUNE=1) and
-// the stream is not capturing, else the first.
-std::unique_ptr<Plan> make_plan(const Gemm& g, Context& ctx, const std::array<uint32_t, 3>& align,
-                                cudaStream_t stream, void* workspace) {
+// A new plan for g's shape (the key): descriptors, then the heuristic's candidates, to be tried in
+// the step where timing is asked for (ME_GEMM_AUTOTUNE=1).
+std::unique_ptr<Plan> make_plan(const Gemm& g, Context& ctx, const std::array<uint32_t, 3>& align) {
   auto plan = std::make_unique<Plan>();
   check(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor creation");
   const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -246,11 +188,8 @@ std::unique_ptr<Plan> make_plan(const Gemm& g, Context& ctx, const std::array<ui
   cublasLtMatmulPreferenceDestroy(pref);
   plan->found = s == CUBLAS_STATUS_SUCCESS && found > 0;
   if (!plan->found) return plan;
-  results.resize(size_t(found));
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  const bool may_time = found > 1 && autotune_on() && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
-                        capturing == cudaStreamCaptureStatusNone;
-  plan->algo = results[size_t(may_time ? fastest(g, *plan, results, stream, ctx, workspace) : 0)].algo;
+  for (int i = 0; i < found; ++i) plan->candidates.push_back(results[size_t(i)].algo);
+  if (found > 1 && autotune_on()) plan->trial = std::make_unique<GemmTrial>(found);
   return plan;
 }
 
@@ -266,18 +205,37 @@ bool run(const Gemm& g, cudaStream_t stream) {
                 int64_t(g.d_type), g.accumulate, g.fast_accum,        g.transpose_b};
   // Per thread (the forward's and autograd's): a plan's descriptor is written on every call.
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
-  void* workspace = workspace_of(ctx, device, stream);
   auto& plan = plans[key];
-  if (!plan) plan = make_plan(g, ctx, {align_a, align_b, align_d}, stream, workspace);
+  if (!plan) plan = make_plan(g, ctx, {align_a, align_b, align_d});
   if (!plan->found) return false;  // no kernel for this epilogue and shape: the caller composes
+  void* workspace = workspace_of(ctx, device, stream);
   if (g.bias) set(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.aux) set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
   if (g.a_scale) set(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.a_scale);
   if (g.b_scale) set(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.b_scale);
   const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
-  check(cublasLtMatmul(ctx.handle, plan->op, &alpha, g.a, plan->a, g.b, plan->b, &beta, g.d, plan->d, g.d, plan->d,
-                       &plan->algo, workspace, kWorkspaceBytes, stream),
-        "matmul");
+  auto launch = [&](int candidate) {
+    return cublasLtMatmul(ctx.handle, plan->op, &alpha, g.a, plan->a, g.b, plan->b, &beta, g.d, plan->d, g.d, plan->d,
+                          &plan->candidates[size_t(candidate)], workspace, kWorkspaceBytes, stream);
+  };
+  if (!plan->trial) {
+    check(launch(plan->chosen), "matmul");
+    return true;
+  }
+  GemmTrial& trial = *plan->trial;
+  const GemmTrial::Turn turn = trial.next(stream);
+  if (turn.start) (void)cudaEventRecord(turn.start, stream);
+  const cublasStatus_t status = launch(turn.candidate);
+  if (turn.end) (void)cudaEventRecord(turn.end, stream);
+  trial.after(turn, status == CUBLAS_STATUS_SUCCESS);
+  if (status != CUBLAS_STATUS_SUCCESS && turn.candidate != 0) check(launch(0), "matmul");  // a candidate refused
+  else check(status, "matmul");
+  if (trial.settled()) {
+    plan->chosen = trial.chosen();
+    std::lock_guard<std::mutex> lock(ctx.mutex);
+    ctx.tuned.push_back({g.m, g.n, g.k, trial.candidates(), trial.chosen(), trial.first_ms(), trial.chosen_ms()});
+    plan->trial.reset();
+  }
   return true;
 }
 
@@ -301,9 +259,9 @@ std::string gemm_autotune_summary() {
     if (!most || t.first_ms - t.chosen_ms > most->first_ms - most->chosen_ms) most = &t;
   }
   char line[320];
-  std::snprintf(line, sizeof line, "%zu shapes timed at their first call, %d faster than the heuristic's first choice: "
-                "%.3f -> %.3f ms for one call of each",
-                ctx.tuned.size(), changed, first, chosen);
+  std::snprintf(line, sizeof line, "%zu shapes' candidates timed in the step (the median of %d calls each), %d "
+                "faster than the heuristic's first choice: %.3f -> %.3f ms for one call of each",
+                ctx.tuned.size(), GemmTrial::kSamples, changed, first, chosen);
   std::string s = line;
   if (most) {
     std::snprintf(line, sizeof line, " (most: m %lld, n %lld, k %lld, candidate %d of %d, %.1f -> %.1f us)",
