@@ -230,10 +230,11 @@ bool run(const Gemm& g, cudaStream_t stream) {
   trial.after(turn, status == CUBLAS_STATUS_SUCCESS);
   if (status != CUBLAS_STATUS_SUCCESS && turn.candidate != 0) check(launch(0), "matmul");  // a candidate refused
   else check(status, "matmul");
-  if (trial.settled()) {
-    plan->chosen = trial.chosen();
+  if (const auto& choice = trial.choice(); choice.settled()) {
+    plan->chosen = choice.chosen();
     std::lock_guard<std::mutex> lock(ctx.mutex);
-    ctx.tuned.push_back({g.m, g.n, g.k, trial.candidates(), trial.chosen(), trial.first_ms(), trial.chosen_ms()});
+    ctx.tuned.push_back({g.m, g.n, g.k, choice.candidates(), choice.chosen(), choice.median(0),
+                         choice.median(choice.chosen())});
     plan->trial.reset();
   }
   return true;
@@ -261,7 +262,7 @@ std::string gemm_autotune_summary() {
   char line[320];
   std::snprintf(line, sizeof line, "%zu shapes' candidates timed in the step (the median of %d calls each), %d "
                 "faster than the heuristic's first choice: %.3f -> %.3f ms for one call of each",
-                ctx.tuned.size(), GemmTrial::kSamples, changed, first, chosen);
+                ctx.tuned.size(), CandidateChoice::kSamples, changed, first, chosen);
   std::string s = line;
   if (most) {
     std::snprintf(line, sizeof line, " (most: m %lld, n %lld, k %lld, candidate %d of %d, %.1f -> %.1f us)",

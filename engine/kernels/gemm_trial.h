@@ -1,27 +1,26 @@
 // cuBLASLt's candidate algorithms for one GEMM shape tried in the training step itself
 // (ME_GEMM_AUTOTUNE=1, cublaslt_gemm.cpp): the shape's calls take the candidates in turn, each
-// call between two CUDA events on its stream, until every candidate has run kSamples times; the
-// events are read as they complete, without waiting for the GPU, and once all are read the
-// candidate with the least median time is kept for every later call (the heuristic's first unless
-// another is at least 2% faster). Timed where they run, among the step's other kernels: the
-// thirty-fifth session's timing of each candidate alone, before its first call, chose kernels
-// 5% faster alone that made the LLaMA-2-70B width's layer 0.7% slower in the step.
-// Every candidate computes the same product (to its rounding), so the calls that try them are
-// the step's own. Not on a capturing stream (a CUDA graph would replay the events' times as they
-// were): those calls take the current choice. Host only, no LibTorch.
+// call between two CUDA events on its stream, and the events are read as they complete, without
+// waiting for the GPU; which candidate is kept is candidate_choice.h's rule (the least median of
+// three, the heuristic's first unless another is 2% faster). Timed where they run, among the
+// step's other kernels: the thirty-fifth session's timing of each candidate alone, before its
+// first call, chose kernels 5% faster alone that made the LLaMA-2-70B width's layer 0.7% slower
+// in the step. Every candidate computes the same product (to its rounding), so the calls that try
+// them are the step's own. Not on a capturing stream (a CUDA graph would replay the events' times
+// as they were): those calls take the current choice. Host only, no LibTorch.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <deque>
 #include <vector>
 
+#include "engine/kernels/candidate_choice.h"
+
 namespace me::kernels {
 
 class GemmTrial {
  public:
-  static constexpr int kSamples = 3;
-
-  explicit GemmTrial(int candidates);
+  explicit GemmTrial(int candidates) : choice_(candidates) {}
   ~GemmTrial();
   GemmTrial(const GemmTrial&) = delete;
   GemmTrial& operator=(const GemmTrial&) = delete;
@@ -35,13 +34,7 @@ class GemmTrial {
   Turn next(cudaStream_t stream);
   // After the call: `ran` false where cuBLASLt refused the candidate (never tried again).
   void after(const Turn& turn, bool ran);
-  // Whether every candidate's samples are read and the choice is made.
-  bool settled() const { return settled_; }
-  int chosen() const { return chosen_; }
-  int candidates() const { return int(launched_.size()); }
-  // Medians in milliseconds, once settled: the first candidate's and the chosen one's.
-  float first_ms() const { return median(0); }
-  float chosen_ms() const { return median(chosen_); }
+  const CandidateChoice& choice() const { return choice_; }
 
  private:
   struct Sample {
@@ -49,17 +42,11 @@ class GemmTrial {
     cudaEvent_t start, end;
   };
   void read_completed();
-  void settle();
-  float median(int candidate) const;
   cudaEvent_t event();
 
-  std::vector<int> launched_;            // samples recorded, per candidate
-  std::vector<std::vector<float>> ms_;   // samples read, per candidate
-  std::deque<Sample> pending_;           // recorded, not yet read, oldest first
-  std::vector<cudaEvent_t> spare_;       // events of read samples, for reuse
-  int next_ = 0;                         // where the round robin goes on
-  int chosen_ = 0;
-  bool settled_ = false;
+  CandidateChoice choice_;
+  std::deque<Sample> pending_;      // recorded, not yet read, oldest first
+  std::vector<cudaEvent_t> spare_;  // events of read samples, for reuse
 };
 
 }  // namespace me::kernels

@@ -5,6 +5,7 @@
 
 #include "engine/core/determinism.h"
 #include "engine/core/torch_compat.h"
+#include "engine/kernels/candidate_choice.h"
 #include "engine/kernels/fused_ops.h"
 #include "engine/model/transformer.h"
 #include "engine/optim/adamw.h"
@@ -254,6 +255,58 @@ TEST_CASE("the tensor-parallel chunks' GEMMs through cuBLASLt = LibTorch's mm, o
   CHECK_FALSE(kernels::linear_rows_into(x, torch::ones({50, 64}, kGpu).to(bf16), {}, torch::empty({96, 50}, kGpu).to(bf16)));
 }
 
+TEST_CASE("the GEMM candidates tried in the step: round robin, least median, the first kept near a tie", "[kernels]") {
+  using me::kernels::CandidateChoice;
+  // Times per candidate as the step would give them (ms), with one slow outlier each for the
+  // medians to shed.
+  auto run = [](CandidateChoice& choice, const std::vector<std::vector<float>>& times) {
+    std::vector<int> taken(times.size(), 0), order;
+    for (int call = 0; call < 100 && !choice.all_read(); ++call) {
+      const int c = choice.take_next();
+      if (c < 0) break;
+      order.push_back(c);
+      choice.record(c, times[size_t(c)][size_t(taken[size_t(c)]++)]);
+    }
+    return order;
+  };
+  {
+    CandidateChoice choice(3);
+    const auto order = run(choice, {{10, 30, 10}, {9, 9, 40}, {12, 12, 12}});
+    CHECK(order == std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1, 2});  // in turn, kSamples (3) each
+    CHECK(choice.take_next() == -1);                             // every sample taken
+    REQUIRE(choice.all_read());
+    CHECK_FALSE(choice.settled());
+    choice.settle();
+    CHECK(choice.chosen() == 1);  // median 9 against the first's 10
+    CHECK(choice.median(0) == 10.f);
+  }
+  {
+    CandidateChoice choice(2);  // 1% faster: the heuristic's first stays
+    run(choice, {{10, 10, 10}, {9.9f, 9.9f, 9.9f}});
+    choice.settle();
+    CHECK(choice.chosen() == 0);
+  }
+  {
+    CandidateChoice choice(3);  // a refused candidate is never taken again, nor chosen
+    CHECK(choice.take_next() == 0);
+    CHECK(choice.take_next() == 1);
+    choice.refuse(1);
+    choice.untake(0);  // the call of candidate 0 was not timed after all
+    const auto order = run(choice, {{5, 5, 5}, {1, 1, 1}, {6, 6, 6}});
+    CHECK(std::count(order.begin(), order.end(), 1) == 0);
+    CHECK(std::count(order.begin(), order.end(), 0) == CandidateChoice::kSamples);
+    choice.settle();
+    CHECK(choice.chosen() == 0);
+  }
+  {
+    CandidateChoice choice(2);  // the first refused: the other, whatever its time
+    choice.refuse(0);
+    run(choice, {{1, 1, 1}, {50, 50, 50}});
+    choice.settle();
+    CHECK(choice.chosen() == 1);
+  }
+}
+
 TEST_CASE("weight gradients through cuBLASLt = dy^T x, written or added into fp32 and bf16 main grads", "[kernels][gpu]") {
   const auto bf16 = torch::kBFloat16;
   CHECK_FALSE(kernels::weight_grad_into(torch::zeros({8, 16}), torch::ones({4, 8}, bf16), torch::ones({4, 16}, bf16), false));
@@ -287,7 +340,7 @@ TEST_CASE("weight gradients through cuBLASLt = dy^T x, written or added into fp3
   CHECK_FALSE(kernels::weight_grad_into(other, dy, x, false));
   CHECK_FALSE(kernels::weight_grad_into(torch::zeros({256, 192}, kGpu).t(), dy, x, false));
   // Every candidate the trial takes computes the same product: calls enough for every candidate's
-  // samples (up to 8 candidates x GemmTrial::kSamples, 3; each call waits for the GPU in rel(), so
+  // samples (up to 8 candidates x CandidateChoice::kSamples, 3; each call waits for the GPU in rel(), so
   // the samples are read as the trial goes).
   auto out = torch::empty({192, 256}, kGpu);
   for (int call = 0; call < 40; ++call) {
