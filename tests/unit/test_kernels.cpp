@@ -272,7 +272,8 @@ TEST_CASE("the GEMM candidates tried in the step: round robin, least median, the
   {
     CandidateChoice choice(3);
     const auto order = run(choice, {{10, 30, 10}, {9, 9, 40}, {12, 12, 12}});
-    CHECK(order == std::vector<int>{0, 1, 2, 0, 1, 2, 0, 1, 2});  // in turn, kSamples (3) each
+    const std::vector<int> in_turn{0, 1, 2, 0, 1, 2, 0, 1, 2};  // kSamples (3) each
+    CHECK(order == in_turn);
     CHECK(choice.take_next() == -1);                             // every sample taken
     REQUIRE(choice.all_read());
     CHECK_FALSE(choice.settled());
