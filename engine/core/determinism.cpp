@@ -35,8 +35,8 @@ std::string apply_deterministic_mode() {
   ME_CHECK(!attention || std::string(attention) != "cudnn", "train.deterministic: ME_ATTENTION=cudnn has no deterministic ",
            "backward: unset ME_ATTENTION (megaengine uses flash) or set ME_ATTENTION=flash");
   line += ", attention " + fix_env("ME_ATTENTION", "flash") + " (its deterministic backward; forward cuDNN's where heads are not grouped)";
-  // Our cuBLASLt GEMMs time their candidates at each shape's first call (kernels/cublaslt_gemm.cpp);
-  // the fastest can differ from one run to the next, and with it the rounding.
+  // ME_GEMM_AUTOTUNE=1 has our cuBLASLt GEMMs try their candidates in the step and keep the
+  // fastest (kernels/gemm_trial.h), which can differ from one run to the next, and the rounding with it.
   const char* tune = std::getenv("ME_GEMM_AUTOTUNE");
   ME_CHECK(!tune || std::string(tune) != "1", "train.deterministic: ME_GEMM_AUTOTUNE=1 picks GEMM algorithms by ",
            "timing, which can differ from run to run: unset it (megaengine sets 0)");

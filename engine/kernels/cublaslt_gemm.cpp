@@ -25,6 +25,8 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -88,11 +90,20 @@ struct Tuned {
   float first_ms, chosen_ms;
 };
 
+// The settled trials, kept apart from the handle: reading them must not make a CUDA context.
+struct TunedList {
+  std::mutex mutex;
+  std::vector<Tuned> settled;
+};
+TunedList& tuned_list() {
+  static TunedList* list = new TunedList;  // never destroyed, as context()
+  return *list;
+}
+
 struct Context {
   cublasLtHandle_t handle = nullptr;
   std::mutex mutex;
   std::map<std::pair<int, cudaStream_t>, void*> workspaces;  // per device and stream: never shared by two streams
-  std::vector<Tuned> tuned;                                  // under mutex
 };
 
 // The workspace of (device, stream), allocated on first use.
@@ -188,7 +199,10 @@ std::unique_ptr<Plan> make_plan(const Gemm& g, Context& ctx, const std::array<ui
   cublasLtMatmulPreferenceDestroy(pref);
   plan->found = s == CUBLAS_STATUS_SUCCESS && found > 0;
   if (!plan->found) return plan;
-  for (int i = 0; i < found; ++i) plan->candidates.push_back(results[size_t(i)].algo);
+  for (int i = 0; i < found; ++i)
+    if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[size_t(i)].algo);
+  found = int(plan->candidates.size());
+  plan->found = found > 0;
   if (found > 1 && autotune_on()) plan->trial = std::make_unique<GemmTrial>(found);
   return plan;
 }
@@ -224,17 +238,21 @@ bool run(const Gemm& g, cudaStream_t stream) {
   }
   GemmTrial& trial = *plan->trial;
   const GemmTrial::Turn turn = trial.next(stream);
-  if (turn.start) (void)cudaEventRecord(turn.start, stream);
+  // An event that cannot be recorded leaves the call untimed, and no error behind for LibTorch's
+  // next launch check to report as its own.
+  bool timed = turn.start && cudaEventRecord(turn.start, stream) == cudaSuccess;
   const cublasStatus_t status = launch(turn.candidate);
-  if (turn.end) (void)cudaEventRecord(turn.end, stream);
-  trial.after(turn, status == CUBLAS_STATUS_SUCCESS);
+  timed = timed && cudaEventRecord(turn.end, stream) == cudaSuccess;
+  if (turn.start && !timed) (void)cudaGetLastError();
+  trial.after(turn, timed, status == CUBLAS_STATUS_SUCCESS);
   if (status != CUBLAS_STATUS_SUCCESS && turn.candidate != 0) check(launch(0), "matmul");  // a candidate refused
   else check(status, "matmul");
   if (const auto& choice = trial.choice(); choice.settled()) {
     plan->chosen = choice.chosen();
-    std::lock_guard<std::mutex> lock(ctx.mutex);
-    ctx.tuned.push_back({g.m, g.n, g.k, choice.candidates(), choice.chosen(), choice.median(0),
-                         choice.median(choice.chosen())});
+    auto& list = tuned_list();
+    std::lock_guard<std::mutex> lock(list.mutex);
+    list.settled.push_back({g.m, g.n, g.k, choice.candidates(), choice.chosen(), choice.median(0),
+                            choice.median(choice.chosen())});
     plan->trial.reset();
   }
   return true;
@@ -246,14 +264,22 @@ cudaDataType_t cuda_type(Fp8 f) { return f == Fp8::e4m3 ? CUDA_R_8F_E4M3 : CUDA_
 
 void set_gemm_sm_count_target(int sms) { sm_count_target = sms > 0 ? sms : 0; }
 
+size_t gemm_autotune_settled() {
+  auto& list = tuned_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  return list.settled.size();
+}
+
 std::string gemm_autotune_summary() {
-  Context& ctx = context();
-  std::lock_guard<std::mutex> lock(ctx.mutex);
-  if (ctx.tuned.empty()) return {};
+  auto& list = tuned_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  const auto& tuned = list.settled;
+  if (tuned.empty()) return {};
   int changed = 0;
   double first = 0, chosen = 0;
   const Tuned* most = nullptr;  // the largest saving
-  for (const auto& t : ctx.tuned) {
+  for (const auto& t : tuned) {
+    if (!std::isfinite(t.first_ms) || !std::isfinite(t.chosen_ms)) continue;  // a first candidate never timed
     first += t.first_ms, chosen += t.chosen_ms;
     if (t.chosen == 0) continue;
     ++changed;
@@ -262,7 +288,7 @@ std::string gemm_autotune_summary() {
   char line[320];
   std::snprintf(line, sizeof line, "%zu shapes' candidates timed in the step (the median of %d calls each), %d "
                 "faster than the heuristic's first choice: %.3f -> %.3f ms for one call of each",
-                ctx.tuned.size(), CandidateChoice::kSamples, changed, first, chosen);
+                tuned.size(), CandidateChoice::kSamples, changed, first, chosen);
   std::string s = line;
   if (most) {
     std::snprintf(line, sizeof line, " (most: m %lld, n %lld, k %lld, candidate %d of %d, %.1f -> %.1f us)",

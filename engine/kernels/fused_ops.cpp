@@ -306,7 +306,7 @@ namespace {
 // (row strides and widths multiples of 8 elements, as cuBLASLt's vectorised kernels want).
 bool chunk_rows_fit(const torch::Tensor& t) {
   return t.defined() && t.is_cuda() && t.scalar_type() == torch::kBFloat16 && t.dim() == 2 && t.stride(1) == 1 &&
-         t.stride(0) % 8 == 0 && t.size(1) % 8 == 0;
+         t.stride(0) % 8 == 0 && t.size(1) % 8 == 0 && t.stride(0) >= t.size(1);
 }
 bool chunk_weight_fits(const torch::Tensor& w, const torch::Tensor& b) {
   return chunk_rows_fit(w) && w.is_contiguous() &&
@@ -471,6 +471,7 @@ bool linear_rows_into(const torch::Tensor&, const torch::Tensor&, const torch::T
 bool input_grad_rows_into(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { return false; }
 bool weight_grad_into(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) { return false; }
 std::string gemm_autotune_summary() { return {}; }
+size_t gemm_autotune_settled() { return 0; }
 MultiTensorAdamW::MultiTensorAdamW(const std::vector<Entry>&) { not_compiled("MultiTensorAdamW"); }
 torch::Tensor MultiTensorAdamW::grad_sum_squares() { not_compiled("MultiTensorAdamW"); }
 void MultiTensorAdamW::step(double, double, double, double, int64_t, double) { not_compiled("MultiTensorAdamW"); }

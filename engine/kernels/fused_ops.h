@@ -80,8 +80,9 @@ void set_gemm_sm_count_target(int sms);  // kernels.h's; a no-op without the CUD
 // can time its candidates). dy2 [rows, out] and x2 [rows, in] as chunk_gemm's operands, main
 // contiguous [out, in] in f32 or bf16 on their GPU. False, writing nothing, where it does not apply.
 bool weight_grad_into(const torch::Tensor& main, const torch::Tensor& dy2, const torch::Tensor& x2, bool accumulate);
-// kernels.h's; empty without the CUDA kernels.
+// kernels.h's; empty (0) without the CUDA kernels.
 std::string gemm_autotune_summary();
+size_t gemm_autotune_settled();
 Activated linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                       const Activated& into = {});
 torch::Tensor matmul_dgelu(const torch::Tensor& grad_out, const torch::Tensor& w, const torch::Tensor& pre,

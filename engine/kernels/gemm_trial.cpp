@@ -1,5 +1,7 @@
 #include "engine/kernels/gemm_trial.h"
 
+#include "engine/core/graph_capture.h"
+
 namespace me::kernels {
 
 GemmTrial::~GemmTrial() {
@@ -46,17 +48,19 @@ void GemmTrial::read_completed() {
 GemmTrial::Turn GemmTrial::next(cudaStream_t stream) {
   Turn turn{choice_.chosen(), nullptr, nullptr};
   if (choice_.settled()) return turn;
+  // Before any event call: none is allowed on a capturing thread.
+  if (graph_capture_underway()) return turn;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return turn;
+  }
   read_completed();
   if (choice_.all_read()) {
     choice_.settle();
     for (auto e : spare_) cudaEventDestroy(e);
     spare_.clear();
     turn.candidate = choice_.chosen();
-    return turn;
-  }
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
     return turn;
   }
   const int c = choice_.take_next();
@@ -72,11 +76,12 @@ GemmTrial::Turn GemmTrial::next(cudaStream_t stream) {
   return turn;
 }
 
-void GemmTrial::after(const Turn& turn, bool ran) {
+void GemmTrial::after(const Turn& turn, bool timed, bool ran) {
   if (!turn.start) return;
-  if (!ran) {
+  if (!ran || !timed) {
     spare_.push_back(turn.start), spare_.push_back(turn.end);
-    choice_.refuse(turn.candidate);
+    if (!ran) choice_.refuse(turn.candidate);
+    else choice_.untake(turn.candidate);
     return;
   }
   pending_.push_back({turn.candidate, turn.start, turn.end});

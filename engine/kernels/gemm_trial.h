@@ -6,8 +6,11 @@
 // step's other kernels: the thirty-fifth session's timing of each candidate alone, before its
 // first call, chose kernels 5% faster alone that made the LLaMA-2-70B width's layer 0.7% slower
 // in the step. Every candidate computes the same product (to its rounding), so the calls that try
-// them are the step's own. Not on a capturing stream (a CUDA graph would replay the events' times
-// as they were): those calls take the current choice. Host only, no LibTorch.
+// them are the step's own. Nothing of it while a CUDA graph is being captured anywhere in the
+// process (train.cuda_graphs): querying an event on the capturing thread would end the capture,
+// and a graph would replay the events as they were. Those calls take the current choice, and a
+// graphed GEMM keeps it (a shape whose trial has not settled by the capture, in the second step,
+// keeps the heuristic's first). Host only, no LibTorch.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -32,8 +35,9 @@ class GemmTrial {
     cudaEvent_t start = nullptr, end = nullptr;
   };
   Turn next(cudaStream_t stream);
-  // After the call: `ran` false where cuBLASLt refused the candidate (never tried again).
-  void after(const Turn& turn, bool ran);
+  // After the call: `timed` false where its events could not be recorded (the call counts for
+  // nothing), `ran` false where cuBLASLt refused the candidate (never tried again).
+  void after(const Turn& turn, bool timed, bool ran);
   const CandidateChoice& choice() const { return choice_; }
 
  private:

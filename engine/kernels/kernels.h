@@ -138,10 +138,12 @@ bool gemm_input_grad(const void* dy, int64_t ld_dy, const void* w, void* out, in
 // main contiguous in f32 or bf16 (a main grad), dy and x bf16.
 bool gemm_weight_grad(const void* dy, int64_t ld_dy, const void* x, int64_t ld_x, void* main, DType main_type,
                       int64_t rows, int64_t out_features, int64_t in_features, bool accumulate, void* stream);
-// What the first calls' timing chose (cublaslt_gemm.cpp: with ME_GEMM_AUTOTUNE=1 each shape's
-// candidates are timed once): "N shapes timed ..., M faster than the heuristic's first choice:
-// ... ms", or empty when nothing was timed.
+// What the trials in the step chose (cublaslt_gemm.cpp, gemm_trial.h: with ME_GEMM_AUTOTUNE=1 each
+// shape's candidates are tried in its first calls): "N shapes' candidates timed in the step ...,
+// M faster than the heuristic's first choice: ... ms", or empty while none has settled; and how
+// many have settled. Neither touches the GPU.
 std::string gemm_autotune_summary();
+size_t gemm_autotune_settled();
 
 // --- fp8 casts for Hopper's fp8 GEMMs (fp8_cast.cu) -------------------------------------------
 // E4M3 (max 448; weights and activations) and E5M2 (max 57344; gradients), as cuda_fp8.h's

@@ -177,12 +177,20 @@ StepResult Trainer::run_step() {
   phases_.mark(Phase::optimizer);
   last_loss_ = loss;
   if (block_graphs_ && steps_run_ == 2 && is_logging_rank()) log::info("CUDA graphs (train.cuda_graphs): ", block_graphs_->describe());
-  if (steps_run_ == 1 && is_logging_rank())
-    if (const auto tuned = kernels::gemm_autotune_summary(); !tuned.empty())
-      log::info("cuBLASLt GEMM algorithms (ME_GEMM_AUTOTUNE=1): ", tuned);
+  log_gemm_trials();
   r.loss = std::nan("");
   r.ms = now_ms() - t0;
   return r;
+}
+
+// ME_GEMM_AUTOTUNE=1: what the GEMMs' trials chose (kernels/gemm_trial.h), each time more of them
+// have settled (they settle as the shapes' calls come: in the first few steps).
+void Trainer::log_gemm_trials() {
+  if (!is_logging_rank()) return;
+  const size_t settled = kernels::gemm_autotune_settled();
+  if (settled == gemm_trials_logged_) return;
+  gemm_trials_logged_ = settled;
+  log::info("cuBLASLt GEMM algorithms (ME_GEMM_AUTOTUNE=1) after step ", steps_run_, ": ", kernels::gemm_autotune_summary());
 }
 
 // The next global batch's share of this rank, on the device (pinned on a GPU: the copies overlap

@@ -168,6 +168,8 @@ class Trainer {
   std::shared_ptr<model::BlockGraphs> block_graphs_;
   int64_t steps_run_ = 0;  // run_step calls in this process (a resumed run starts at 0 too)
   void build_block_graphs();
+  size_t gemm_trials_logged_ = 0;  // how many GEMM trials' choices the log has shown
+  void log_gemm_trials();
   std::unique_ptr<parallel::GradBuffer> grads_;
   std::unique_ptr<optim::MasterOptimizer> optimizer_;
   std::unique_ptr<optim::LossScaler> scaler_;  // fp16 only
