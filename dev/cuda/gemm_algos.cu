@@ -2,7 +2,8 @@
 // the heuristic's first choice (what engine/kernels/cublaslt_gemm.cpp takes) leaves against the
 // fastest of its top candidates, at the chunk shapes of tp 2 and tp 4 and the whole shapes of
 // tp 1. A research tool, not a kernel check: every candidate's output is compared with the first
-// one's (they compute the same product), so a wrong algorithm still fails it.
+// one's (they compute the same product), so a wrong algorithm still fails it, and the first of the
+// candidates must be the algorithm a request for one gives (the engine's untimed choice).
 //   dev/cuda/gemm_algos [candidates]      (default 16)
 #include <cublasLt.h>
 
@@ -108,6 +109,17 @@ void run_shape(cublasLtHandle_t handle, const Shape& s, int candidates, void* wo
   int found = 0;
   lt_check(cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, candidates, results.data(), &found),
            "heuristic");
+  // The engine asks for 8 candidates and, untimed, takes the first: the same algorithm as asking
+  // for one (what it asked for before), or the default path would have changed its kernels.
+  {
+    cublasLtMatmulHeuristicResult_t one{};
+    int found_one = 0;
+    lt_check(cublasLtMatmulAlgoGetHeuristic(handle, op, la, lb, ld, ld, pref, 1, &one, &found_one), "heuristic (1)");
+    if (found > 0 && found_one > 0 && std::memcmp(&one.algo, &results[0].algo, sizeof(one.algo)) != 0) {
+      std::printf("%-28s the first of %d candidates is not the one of 1: DIFFERENT\n", s.name.c_str(), candidates);
+      std::exit(1);
+    }
+  }
   const float alpha = 1.f;
   const double flop = 2.0 * s.rows * s.n * s.k;
   std::vector<Timed> timed;
