@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A tensor-parallel change against its base in one device call: builds BASE_SRC (a source tree,
 # e.g. `git archive <commit> | tar -x -C .baseline`) and this tree side by side, checks this
-# tree's GPU paths (dev/cuda's checkers that exist in it, the GPU unit tests, the copy engines
+# tree's GPU paths (dev/cuda's checkers that exist in it, gemm_algos among them, the GPU unit tests, the copy engines
 # against NCCL), then the per-layer rows of bench/speed/tp_width.sh for both trees in the same
 # call (this tree: ME_BENCH_VARIANTS; the base: SP only), then one GPU against the base
 # (bench/speed/before_after.sh on GPU 0). Every part is skipped once ME_BENCH_DEADLINE_S (540) has
@@ -37,7 +37,7 @@ build() {  # build SRC DIR TARGETS...
 }
 checks=${ME_BENCH_CHECKS:-1}
 checkers=() check_targets=()
-for k in sum_parts copy_twice chunk_gemm peer_buffers; do [ -f "$repo/dev/cuda/$k.cu" ] && checkers+=("dev_cuda_$k"); done
+for k in sum_parts copy_twice chunk_gemm gemm_algos peer_buffers; do [ -f "$repo/dev/cuda/$k.cu" ] && checkers+=("dev_cuda_$k"); done
 [ "$checks" = 1 ] && check_targets=(me_unit_tests "${checkers[@]}")
 build "$base" /tmp/b_base megaengine &
 pb=$!
@@ -56,6 +56,9 @@ if [ "$checks" = 1 ]; then
     timeout 120 "/tmp/b_cur/dev/cuda/$k" "${args[@]}" > "$work/$k.log" 2>&1
     say "dev/cuda/$k: exit $? ($(grep -cE 'FAIL' "$work/$k.log") FAIL lines)"
     grep -E 'time |host |local copy' "$work/$k.log" | head -8 | sed 's/^/    /' >> "$summary"
+    # gemm_algos: the shapes whose fastest candidate beats the first by 3% or more
+    [ "$k" = gemm_algos ] && grep -E 'DIFFERENT|gain +([3-9]|[1-9][0-9])\.' "$work/$k.log" | cut -c1-200 | head -24 |
+      sed 's/^/    /' >> "$summary"
   done
   timeout 200 /tmp/b_cur/tests/me_unit_tests "[gpu]" > "$work/unit_gpu.log" 2>&1
   say "me_unit_tests [gpu]: exit $?, $(tail -2 "$work/unit_gpu.log" | tr '\n' ' ')"
