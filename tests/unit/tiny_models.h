@@ -10,25 +10,21 @@
 
 namespace me::test {
 
-inline model::TransformerConfig tiny_gpt() {
-  auto c = model::TransformerConfig::gpt();
+// The family `c` at the tests' size: vocab 97, seq 24, hidden 32, 4 heads, `layers` layers.
+inline model::TransformerConfig tiny_of(model::TransformerConfig c, int64_t layers) {
   c.vocab = 97;
   c.vocab_divisible_by = 1;
   c.seq = 24;
-  c.layers = 3;
+  c.layers = layers;
   c.hidden = 32;
   c.heads = 4;
   return c;
 }
 
+inline model::TransformerConfig tiny_gpt() { return tiny_of(model::TransformerConfig::gpt(), 3); }
+
 inline model::TransformerConfig tiny_llama() {
-  auto c = model::TransformerConfig::llama();
-  c.vocab = 97;
-  c.vocab_divisible_by = 1;
-  c.seq = 24;
-  c.layers = 2;
-  c.hidden = 32;
-  c.heads = 4;
+  auto c = tiny_of(model::TransformerConfig::llama(), 2);
   c.query_groups = 2;
   c.ffn_multiple_of = 16;
   return c;
