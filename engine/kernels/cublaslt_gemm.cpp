@@ -132,8 +132,7 @@ Context& context() {
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  bool found = false;
-  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, its first choice first
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, its first choice first (none: no kernel)
   int chosen = 0;                                // what the calls take
   std::unique_ptr<GemmTrial> trial;              // ME_GEMM_AUTOTUNE=1, until it settles
   Plan() = default;
@@ -197,13 +196,9 @@ std::unique_ptr<Plan> make_plan(const Gemm& g, Context& ctx, const std::array<ui
     s = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref, kCandidates,
                                        results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  plan->found = s == CUBLAS_STATUS_SUCCESS && found > 0;
-  if (!plan->found) return plan;
-  for (int i = 0; i < found; ++i)
+  for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < found; ++i)
     if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[size_t(i)].algo);
-  found = int(plan->candidates.size());
-  plan->found = found > 0;
-  if (found > 1 && autotune_on()) plan->trial = std::make_unique<GemmTrial>(found);
+  if (const int n = int(plan->candidates.size()); n > 1 && autotune_on()) plan->trial = std::make_unique<GemmTrial>(n);
   return plan;
 }
 
@@ -221,7 +216,7 @@ bool run(const Gemm& g, cudaStream_t stream) {
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
   auto& plan = plans[key];
   if (!plan) plan = make_plan(g, ctx, {align_a, align_b, align_d});
-  if (!plan->found) return false;  // no kernel for this epilogue and shape: the caller composes
+  if (plan->candidates.empty()) return false;  // no kernel for this epilogue and shape: the caller composes
   void* workspace = workspace_of(ctx, device, stream);
   if (g.bias) set(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   if (g.aux) set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
